@@ -1,0 +1,91 @@
+"""The Typer app: parses arguments, calls the core, prints. No business logic here.
+
+Command groups live in sibling modules (jobs, node, site, sandbox) and register
+themselves on ``app`` when imported below. ``run`` is the one place where
+clusterjob's errors become a one-line message and an exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+import typer
+
+from clusterjob.errors import ConfigError, ClusterjobError, exit_code
+
+app = typer.Typer(
+    name="clusterjob",
+    help="Get GPU jobs onto the right GPUs of a Slurm cluster, and prove it before training starts.\n\n"
+    "Slurm hooks (for slurm.conf, see the README): `clusterjob prolog`, `clusterjob task-prolog`.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+site_app = typer.Typer(help="Site configs: validate, show, probe, gres.conf, drift.", no_args_is_help=True)
+app.add_typer(site_app, name="site")
+sandbox_app = typer.Typer(
+    help="A local Slurm cluster with stand-in GPUs, for trying clusterjob and for its tests.",
+    no_args_is_help=True,
+)
+app.add_typer(sandbox_app, name="sandbox")
+
+
+def err(message: str) -> None:
+    """Print one line to stderr, prefixed so it is clear who is speaking."""
+    print(f"clusterjob: {message}", file=sys.stderr)
+
+
+def run(argv: list[str]) -> int:
+    """Run the app on ``argv``; map every outcome to an exit code. ``--debug`` shows tracebacks."""
+    debug = "--debug" in argv or os.environ.get("CLUSTERJOB_DEBUG") == "1"
+    argv = [a for a in argv if a != "--debug"]
+    _register_commands()
+    try:
+        result = app(args=argv, prog_name="clusterjob", standalone_mode=False)
+    except ConfigError as exc:
+        if debug:
+            raise
+        for issue in exc.issues:
+            print(str(issue), file=sys.stderr)
+        errors = sum(1 for i in exc.issues if not i.warning)
+        err(f"error: {errors} problem(s) in site config")
+        return exit_code(exc)
+    except ClusterjobError as exc:
+        if debug:
+            raise
+        err(f"error: {exc}")
+        return exit_code(exc)
+    except click.exceptions.Abort:
+        err("aborted")
+        return 130
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug in clusterjob: say so in one line, keep the stack for --debug
+        if debug:
+            raise
+        err(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+        return exit_code(exc)
+    return result if isinstance(result, int) else 0
+
+
+_registered = False
+
+
+def _register_commands() -> None:
+    """Import the command modules; each adds its commands to ``app`` / ``site_app`` / ``sandbox_app``."""
+    global _registered
+    if _registered:
+        return
+    from clusterjob.cli import jobs, node, sandbox, site  # noqa: F401
+
+    _registered = True

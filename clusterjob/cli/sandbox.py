@@ -1,0 +1,3 @@
+"""Commands: sandbox (registered on the app in clusterjob.cli)."""
+
+from __future__ import annotations

@@ -1,0 +1,131 @@
+"""A site, as clusterjob knows it: frozen dataclasses built by ``clusterjob.site.loader``.
+
+Nothing here parses YAML or touches Slurm; this is the vocabulary shared by the
+submission side (request -> sbatch script) and the node side (preflight checks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+
+class GpuSyntax(str, Enum):
+    """How a site wants GPUs asked for in sbatch."""
+
+    GRES = "gres"  # --gres=gpu:TYPE:N   (or --gres=gpu:N when untyped requests are allowed)
+    GRES_CONSTRAINT = "gres+constraint"  # --gres=gpu:N --constraint=FEATURE
+    GPUS_PER_NODE = "gpus-per-node"  # --gpus-per-node=TYPE:N
+    GPUS = "gpus"  # --gpus=TYPE:N (total over the job)
+
+
+class OnError(str, Enum):
+    """What the Prolog does when it cannot check (internal error, NVML unavailable)."""
+
+    DRAIN = "drain"
+    PASS = "pass"
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str  # canonical, e.g. "A100"
+    aliases: tuple[str, ...]  # matched case-insensitively, as is the canonical name
+    gres_type: str | None  # this site's GRES type name, e.g. "a100" or "nvidia_a100-sxm4-80gb"
+    nvml_names: tuple[str, ...]  # NVML device names that identify this model on a node
+    memory_gb: int | None = None
+    constraint: str | None = None  # node feature for sites that select the model by --constraint
+
+    def matches(self, name: str) -> bool:
+        wanted = name.casefold()
+        return wanted == self.name.casefold() or any(wanted == a.casefold() for a in self.aliases)
+
+
+@dataclass(frozen=True)
+class PartitionDefaults:
+    account: str | None = None
+    qos: str | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu: str | None = None  # Slurm size string, e.g. "64G"
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes: str  # the hostlist as written, e.g. "gpu-a[01-16]"
+    node_names: tuple[str, ...]  # expanded
+    time_limit: str | None = None  # Slurm time string, e.g. "2-00:00:00"
+    default: bool = False
+    defaults: PartitionDefaults = field(default_factory=PartitionDefaults)
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    """One GPU slot of a node, in physical (PCI bus) order; slot i is Slurm GRES index i."""
+
+    slot: int
+    model: str  # canonical model name
+    bus_id: str | None = None  # normalised with clusterjob.pci.normalise_bus_id
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeMap:
+    """Node name -> its GPUs in PCI bus order. ``lines`` keeps where each node was defined."""
+
+    nodes: dict[str, tuple[NodeGpu, ...]]
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def gpus(self, node: str) -> tuple[NodeGpu, ...] | None:
+        return self.nodes.get(node)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.nodes
+
+
+@dataclass(frozen=True)
+class PrologPolicy:
+    on_error: OnError = OnError.DRAIN  # documented default: an unchecked node is not trusted
+    deadline_seconds: float = 20.0  # well under a typical PrologTimeout
+    log_path: str = "/var/log/clusterjob/prolog.jsonl"
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    cluster_name: str | None
+    source: Path  # the YAML file this site was loaded from
+    gpu_syntax: GpuSyntax
+    type_required: bool
+    models: tuple[GpuModel, ...]
+    partitions: tuple[Partition, ...]
+    node_map: NodeMap
+    prolog: PrologPolicy = field(default_factory=PrologPolicy)
+    templates_dir: Path | None = None  # site template directory (overrides/extends templates/)
+
+    def model(self, name: str) -> GpuModel | None:
+        """The model called ``name`` or one of its aliases, case-insensitively."""
+        for m in self.models:
+            if m.matches(name):
+                return m
+        return None
+
+    def model_by_name(self, canonical: str) -> GpuModel:
+        for m in self.models:
+            if m.name == canonical:
+                return m
+        raise KeyError(canonical)
+
+    def model_for_nvml_name(self, nvml_name: str) -> GpuModel | None:
+        """The model whose NVML names include ``nvml_name`` (exact, case-insensitive)."""
+        wanted = nvml_name.casefold()
+        for m in self.models:
+            if any(wanted == n.casefold() for n in m.nvml_names):
+                return m
+        return None
+
+    def partition(self, name: str) -> Partition | None:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        return None
