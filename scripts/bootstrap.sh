@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create .venv with clusterjob and what the tests need. Idempotent; used by quickstart.sh and test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+extra=${1:-}
+if [ -n "$extra" ]; then
+    .venv/bin/python -m pip install -q -e ".[$extra]"
+else
+    .venv/bin/python -m pip install -q -e .
+fi

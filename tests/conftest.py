@@ -1,0 +1,22 @@
+"""Shared test setup: every test gets its own XDG dirs, so nothing reads or writes the
+real user's config, data or cache (job registry, site discovery, status cache)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    home = tmp_path_factory.mktemp("xdg")
+    for var, sub in (
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CACHE_HOME", "cache"),
+        ("XDG_STATE_HOME", "state"),
+    ):
+        (home / sub).mkdir()
+        monkeypatch.setenv(var, str(home / sub))
+    monkeypatch.delenv("CLUSTERJOB_SITE", raising=False)
+    monkeypatch.delenv("CLUSTERJOB_DATA_DIR", raising=False)
+    yield
