@@ -1,0 +1,894 @@
+/*
+ * Stand-in libnvidia-ml.so.1 for machines without an NVIDIA GPU.
+ *
+ * Built against the real nvml.h (PyPI package nvidia-nvml-dev) so the unmodified pynvml
+ * bindings load it through LD_LIBRARY_PATH and exercise the real ctypes structures,
+ * versioned entry points and error codes. The GPUs it reports come from a scenario file
+ * named by $FAKE_NVML_SCENARIO ("%n" in the value is replaced by $SLURMD_NODENAME, so one
+ * setting serves every node of a sandbox cluster). The file is read at each first nvmlInit.
+ *
+ * Scenario: one "key = value" per line, '#' starts a comment line.
+ *   driver_version = 550.54.15           cuda_driver_version = 12040
+ *   init_error = driver_not_loaded | library_mismatch | version_mismatch | no_permission | unknown
+ *   gpu.N.name / uuid / serial / bus_id (any PCI form) / minor / memory_total / memory_used
+ *   gpu.N.ecc_uncorrectable / remapped_pending / remapped_failure / mig_current / mig_pending
+ *   gpu.N.persistence / utilization (percent)
+ *   gpu.N.lost_after_calls = K   calls addressing GPU N beyond the first K return GPU_IS_LOST
+ *                                (handle lookups count; K = 0 loses the GPU outright)
+ *   gpu.N.hang_seconds = S       every call addressing GPU N sleeps S seconds first
+ *   gpu.N.unsupported = ecc,remap,mig,serial,...   those calls return NOT_SUPPORTED
+ *                      (also: name, uuid, minor, pci, memory, persistence, processes,
+ *                       utilization)
+ *   gpu.N.process.K = pid:used_bytes:name        running compute processes
+ * N is the NVML index; GPUs must be numbered 0..count-1 without gaps.
+ *
+ * A missing $FAKE_NVML_SCENARIO or scenario file behaves like a node without the driver
+ * (NVML_ERROR_DRIVER_NOT_LOADED); a malformed file fails nvmlInit with NVML_ERROR_UNKNOWN.
+ * Both say why on stderr, prefixed "standin-nvml:".
+ */
+
+#define NVML_NO_UNVERSIONED_FUNC_DEFS 1
+#include <nvml.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define MAX_GPUS 64
+#define MAX_PROCS 32
+#define TEXT 128
+
+enum {
+    UNSUP_NAME = 1 << 0,
+    UNSUP_UUID = 1 << 1,
+    UNSUP_SERIAL = 1 << 2,
+    UNSUP_MINOR = 1 << 3,
+    UNSUP_PCI = 1 << 4,
+    UNSUP_MEMORY = 1 << 5,
+    UNSUP_ECC = 1 << 6,
+    UNSUP_REMAP = 1 << 7,
+    UNSUP_MIG = 1 << 8,
+    UNSUP_PERSISTENCE = 1 << 9,
+    UNSUP_PROCESSES = 1 << 10,
+    UNSUP_UTILIZATION = 1 << 11,
+};
+
+static const struct {
+    const char *word;
+    unsigned bit;
+} unsupported_words[] = {
+    {"name", UNSUP_NAME},
+    {"uuid", UNSUP_UUID},
+    {"serial", UNSUP_SERIAL},
+    {"minor", UNSUP_MINOR},
+    {"pci", UNSUP_PCI},
+    {"memory", UNSUP_MEMORY},
+    {"ecc", UNSUP_ECC},
+    {"remap", UNSUP_REMAP},
+    {"mig", UNSUP_MIG},
+    {"persistence", UNSUP_PERSISTENCE},
+    {"processes", UNSUP_PROCESSES},
+    {"utilization", UNSUP_UTILIZATION},
+};
+
+struct standin_process {
+    unsigned int pid;
+    unsigned long long used;
+    char name[TEXT];
+};
+
+/* nvml.h only forward-declares struct nvmlDevice_st: a handle here is a pointer to this. */
+struct nvmlDevice_st {
+    int defined;
+    char name[TEXT];
+    char uuid[TEXT];
+    char serial[TEXT];
+    unsigned int domain, bus, device, function;
+    int has_bus_id;
+    unsigned int minor;
+    int has_minor;
+    unsigned long long memory_total, memory_used;
+    unsigned long long ecc_uncorrectable;
+    int remapped_pending, remapped_failure;
+    int mig_current, mig_pending;
+    int persistence;
+    unsigned int utilization;
+    long lost_after_calls; /* -1: never lost */
+    double hang_seconds;
+    unsigned unsupported;
+    struct standin_process procs[MAX_PROCS];
+    int nprocs;
+    long calls;
+};
+
+static struct nvmlDevice_st gpus[MAX_GPUS];
+static unsigned int gpu_count;
+static char driver_version[TEXT];
+static int cuda_driver_version;
+static nvmlReturn_t init_error;
+static int refcount;
+
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("standin-nvml: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *end = s + strlen(s);
+    while (end > s && isspace((unsigned char)end[-1]))
+        *--end = '\0';
+    return s;
+}
+
+static int copy_text(char *dst, const char *src)
+{
+    if (strlen(src) >= TEXT)
+        return -1;
+    strcpy(dst, src);
+    return 0;
+}
+
+static int parse_ull(const char *s, unsigned long long *out)
+{
+    char *end;
+    if (!*s || *s == '-')
+        return -1;
+    errno = 0;
+    *out = strtoull(s, &end, 0);
+    return (errno || *end) ? -1 : 0;
+}
+
+static int parse_bool(const char *s, int *out)
+{
+    if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes")) {
+        *out = 1;
+        return 0;
+    }
+    if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no")) {
+        *out = 0;
+        return 0;
+    }
+    return -1;
+}
+
+/* Accepts "00000000:07:00.0", "0000:07:00.0" and "07:00.0", any case. */
+static int parse_bus_id(const char *s, unsigned *domain, unsigned *bus, unsigned *device,
+                        unsigned *function)
+{
+    char tail;
+    if (sscanf(s, "%x:%x:%x.%x%c", domain, bus, device, function, &tail) == 4)
+        return 0;
+    *domain = 0;
+    if (sscanf(s, "%x:%x.%x%c", bus, device, function, &tail) == 3)
+        return 0;
+    return -1;
+}
+
+static int parse_unsupported(const char *value, unsigned *out)
+{
+    char buf[512];
+    if (strlen(value) >= sizeof buf)
+        return -1;
+    strcpy(buf, value);
+    *out = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *word = trim(tok);
+        size_t i;
+        if (!*word)
+            continue;
+        for (i = 0; i < sizeof unsupported_words / sizeof unsupported_words[0]; i++)
+            if (!strcmp(word, unsupported_words[i].word))
+                break;
+        if (i == sizeof unsupported_words / sizeof unsupported_words[0])
+            return -1;
+        *out |= unsupported_words[i].bit;
+    }
+    return 0;
+}
+
+static int parse_process(const char *value, struct standin_process *p)
+{
+    char buf[TEXT * 2];
+    if (strlen(value) >= sizeof buf)
+        return -1;
+    strcpy(buf, value);
+    char *first = strchr(buf, ':');
+    if (!first)
+        return -1;
+    char *second = strchr(first + 1, ':');
+    if (!second)
+        return -1;
+    *first = *second = '\0';
+    unsigned long long pid;
+    if (parse_ull(trim(buf), &pid) || pid == 0 || pid > 0xFFFFFFFFULL)
+        return -1;
+    p->pid = (unsigned int)pid;
+    if (parse_ull(trim(first + 1), &p->used))
+        return -1;
+    return copy_text(p->name, trim(second + 1));
+}
+
+/* One "gpu.N.field = value" line; returns an error text or NULL. */
+static const char *set_gpu_field(struct nvmlDevice_st *g, const char *field, const char *value)
+{
+    unsigned long long n;
+    if (!strcmp(field, "name"))
+        return copy_text(g->name, value) ? "name too long" : NULL;
+    if (!strcmp(field, "uuid"))
+        return copy_text(g->uuid, value) ? "uuid too long" : NULL;
+    if (!strcmp(field, "serial"))
+        return copy_text(g->serial, value) ? "serial too long" : NULL;
+    if (!strcmp(field, "bus_id")) {
+        if (parse_bus_id(value, &g->domain, &g->bus, &g->device, &g->function))
+            return "bus_id is not a PCI address";
+        g->has_bus_id = 1;
+        return NULL;
+    }
+    if (!strcmp(field, "minor")) {
+        if (parse_ull(value, &n) || n > 0xFFFFFFFFULL)
+            return "minor is not a number";
+        g->minor = (unsigned int)n;
+        g->has_minor = 1;
+        return NULL;
+    }
+    if (!strcmp(field, "memory_total"))
+        return parse_ull(value, &g->memory_total) ? "memory_total is not a number" : NULL;
+    if (!strcmp(field, "memory_used"))
+        return parse_ull(value, &g->memory_used) ? "memory_used is not a number" : NULL;
+    if (!strcmp(field, "ecc_uncorrectable"))
+        return parse_ull(value, &g->ecc_uncorrectable) ? "ecc_uncorrectable is not a number"
+                                                       : NULL;
+    if (!strcmp(field, "remapped_pending"))
+        return parse_bool(value, &g->remapped_pending) ? "remapped_pending is not a bool" : NULL;
+    if (!strcmp(field, "remapped_failure"))
+        return parse_bool(value, &g->remapped_failure) ? "remapped_failure is not a bool" : NULL;
+    if (!strcmp(field, "mig_current"))
+        return parse_bool(value, &g->mig_current) ? "mig_current is not a bool" : NULL;
+    if (!strcmp(field, "mig_pending"))
+        return parse_bool(value, &g->mig_pending) ? "mig_pending is not a bool" : NULL;
+    if (!strcmp(field, "persistence"))
+        return parse_bool(value, &g->persistence) ? "persistence is not a bool" : NULL;
+    if (!strcmp(field, "utilization")) {
+        if (parse_ull(value, &n) || n > 100)
+            return "utilization is not a percentage";
+        g->utilization = (unsigned int)n;
+        return NULL;
+    }
+    if (!strcmp(field, "lost_after_calls")) {
+        if (parse_ull(value, &n) || n > 1000000000ULL)
+            return "lost_after_calls is not a number";
+        g->lost_after_calls = (long)n;
+        return NULL;
+    }
+    if (!strcmp(field, "hang_seconds")) {
+        char *end;
+        g->hang_seconds = strtod(value, &end);
+        return (*end || g->hang_seconds < 0) ? "hang_seconds is not a number" : NULL;
+    }
+    if (!strcmp(field, "unsupported"))
+        return parse_unsupported(value, &g->unsupported) ? "unknown word in unsupported" : NULL;
+    if (!strncmp(field, "process.", 8)) {
+        char *end;
+        long k = strtol(field + 8, &end, 10);
+        if (*end || end == field + 8 || k < 0 || k >= MAX_PROCS)
+            return "bad process number";
+        if (parse_process(value, &g->procs[k]))
+            return "process must be pid:used_bytes:name";
+        if (k + 1 > g->nprocs)
+            g->nprocs = (int)k + 1;
+        return NULL;
+    }
+    return "unknown key";
+}
+
+static const char *set_key(const char *key, const char *value)
+{
+    if (!strcmp(key, "driver_version"))
+        return copy_text(driver_version, value) ? "driver_version too long" : NULL;
+    if (!strcmp(key, "cuda_driver_version")) {
+        unsigned long long n;
+        if (parse_ull(value, &n) || n > 1000000)
+            return "cuda_driver_version is not a number such as 12040";
+        cuda_driver_version = (int)n;
+        return NULL;
+    }
+    if (!strcmp(key, "init_error")) {
+        if (!strcmp(value, "driver_not_loaded"))
+            init_error = NVML_ERROR_DRIVER_NOT_LOADED;
+        else if (!strcmp(value, "library_mismatch") || !strcmp(value, "version_mismatch"))
+            init_error = NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+        else if (!strcmp(value, "no_permission"))
+            init_error = NVML_ERROR_NO_PERMISSION;
+        else if (!strcmp(value, "unknown"))
+            init_error = NVML_ERROR_UNKNOWN;
+        else if (strcmp(value, "none") && *value)
+            return "unknown init_error";
+        return NULL;
+    }
+    if (!strncmp(key, "gpu.", 4)) {
+        char *end;
+        long n = strtol(key + 4, &end, 10);
+        if (end == key + 4 || *end != '.' || n < 0 || n >= MAX_GPUS)
+            return "bad GPU number";
+        gpus[n].defined = 1;
+        if ((unsigned)n + 1 > gpu_count)
+            gpu_count = (unsigned)n + 1;
+        return set_gpu_field(&gpus[n], end + 1, value);
+    }
+    return "unknown key";
+}
+
+static void reset_scenario(void)
+{
+    memset(gpus, 0, sizeof gpus);
+    for (int i = 0; i < MAX_GPUS; i++) {
+        gpus[i].lost_after_calls = -1;
+        gpus[i].persistence = 1;
+    }
+    gpu_count = 0;
+    strcpy(driver_version, "550.54.15");
+    cuda_driver_version = 12040;
+    init_error = NVML_SUCCESS;
+}
+
+/* "%n" -> $SLURMD_NODENAME. Returns 0, or -1 with a message printed. */
+static int scenario_path(const char *pattern, char *out, size_t size)
+{
+    const char *node = getenv("SLURMD_NODENAME");
+    size_t used = 0;
+    for (const char *p = pattern; *p; p++) {
+        const char *piece = p;
+        size_t len = 1;
+        if (p[0] == '%' && p[1] == 'n') {
+            if (!node || !*node) {
+                say("FAKE_NVML_SCENARIO=%s uses %%n but SLURMD_NODENAME is not set", pattern);
+                return -1;
+            }
+            piece = node;
+            len = strlen(node);
+            p++;
+        }
+        if (used + len + 1 > size) {
+            say("scenario path too long: %s", pattern);
+            return -1;
+        }
+        memcpy(out + used, piece, len);
+        used += len;
+    }
+    out[used] = '\0';
+    return 0;
+}
+
+static nvmlReturn_t load_scenario(void)
+{
+    reset_scenario();
+    const char *pattern = getenv("FAKE_NVML_SCENARIO");
+    if (!pattern || !*pattern) {
+        say("FAKE_NVML_SCENARIO is not set: behaving as a node without the NVIDIA driver");
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    char path[4096];
+    if (scenario_path(pattern, path, sizeof path))
+        return NVML_ERROR_UNKNOWN;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        say("cannot read scenario %s (%s): behaving as a node without the NVIDIA driver", path,
+            strerror(errno));
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    char line[1024];
+    int lineno = 0;
+    nvmlReturn_t ret = NVML_SUCCESS;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            say("%s:%d: expected key = value", path, lineno);
+            ret = NVML_ERROR_UNKNOWN;
+            break;
+        }
+        *eq = '\0';
+        const char *err = set_key(trim(s), trim(eq + 1));
+        if (err) {
+            say("%s:%d: %s: %s", path, lineno, trim(s), err);
+            ret = NVML_ERROR_UNKNOWN;
+            break;
+        }
+    }
+    fclose(f);
+    for (unsigned i = 0; ret == NVML_SUCCESS && i < gpu_count; i++) {
+        if (!gpus[i].defined || !gpus[i].has_bus_id || !gpus[i].name[0] || !gpus[i].uuid[0]) {
+            say("%s: gpu.%u needs at least name, uuid and bus_id (GPUs are numbered 0..N-1)",
+                path, i);
+            ret = NVML_ERROR_UNKNOWN;
+        }
+        for (int k = 0; ret == NVML_SUCCESS && k < gpus[i].nprocs; k++)
+            if (!gpus[i].procs[k].pid) {
+                say("%s: gpu.%u.process.%d missing (processes are numbered 0..K-1)", path, i, k);
+                ret = NVML_ERROR_UNKNOWN;
+            }
+    }
+    return ret;
+}
+
+/* Every call that addresses one GPU goes through here: validity, hang, loss, support. */
+static nvmlReturn_t touch(nvmlDevice_t dev, unsigned unsupported_bit)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!dev || dev < gpus || dev >= gpus + gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (dev->hang_seconds > 0) {
+        struct timespec ts;
+        ts.tv_sec = (time_t)dev->hang_seconds;
+        ts.tv_nsec = (long)((dev->hang_seconds - (double)ts.tv_sec) * 1e9);
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+    }
+    dev->calls++;
+    if (dev->lost_after_calls >= 0 && dev->calls > dev->lost_after_calls)
+        return NVML_ERROR_GPU_IS_LOST;
+    if (dev->unsupported & unsupported_bit)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t put_text(char *buf, unsigned int length, const char *text)
+{
+    if (!buf)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(text) + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(buf, text);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t hand_out(nvmlDevice_t dev, nvmlDevice_t *out)
+{
+    nvmlReturn_t ret = touch(dev, 0);
+    if (ret == NVML_SUCCESS)
+        *out = dev;
+    return ret;
+}
+
+/* ---- initialisation ------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    if (refcount) {
+        refcount++;
+        return NVML_SUCCESS;
+    }
+    nvmlReturn_t ret = load_scenario();
+    if (ret == NVML_SUCCESS)
+        ret = init_error;
+    if (ret == NVML_SUCCESS)
+        refcount = 1;
+    return ret;
+}
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    refcount--;
+    return NVML_SUCCESS;
+}
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    default: return "Unknown Error";
+    }
+}
+
+/* ---- system -------------------------------------------------------------------------- */
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    return put_text(version, length, driver_version);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    char text[TEXT + 16];
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    snprintf(text, sizeof text, "%d.%s", cuda_driver_version / 1000, driver_version);
+    return put_text(version, length, text);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!cudaDriverVersion)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *cudaDriverVersion = cuda_driver_version;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    for (unsigned i = 0; i < gpu_count; i++)
+        for (int k = 0; k < gpus[i].nprocs; k++)
+            if (gpus[i].procs[k].pid == pid)
+                return put_text(name, length, gpus[i].procs[k].name);
+    return NVML_ERROR_NOT_FOUND;
+}
+
+/* ---- finding devices ----------------------------------------------------------------- */
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!deviceCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *deviceCount = gpu_count;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
+{
+    return nvmlDeviceGetCount_v2(deviceCount);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return hand_out(&gpus[index], device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < gpu_count; i++)
+        if (!strcmp(gpus[i].uuid, uuid))
+            return hand_out(&gpus[i], device);
+    return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!serial || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < gpu_count; i++)
+        if (gpus[i].serial[0] && !strcmp(gpus[i].serial, serial))
+            return hand_out(&gpus[i], device);
+    return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    unsigned domain, bus, dev, function;
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!pciBusId || !device || parse_bus_id(pciBusId, &domain, &bus, &dev, &function))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < gpu_count; i++) {
+        struct nvmlDevice_st *g = &gpus[i];
+        if (g->domain == domain && g->bus == bus && g->device == dev && g->function == function)
+            return hand_out(g, device);
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+
+/* ---- identity ------------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    nvmlReturn_t ret = touch(device, 0);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!index)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned int)(device - gpus);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_NAME);
+    return ret != NVML_SUCCESS ? ret : put_text(name, length, device->name);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_UUID);
+    return ret != NVML_SUCCESS ? ret : put_text(uuid, length, device->uuid);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_SERIAL);
+    if (ret == NVML_SUCCESS && !device->serial[0])
+        ret = NVML_ERROR_NOT_SUPPORTED; /* consumer boards have no serial */
+    return ret != NVML_SUCCESS ? ret : put_text(serial, length, device->serial);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_MINOR);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!minorNumber)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *minorNumber = device->has_minor ? device->minor : (unsigned int)(device - gpus);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t fill_pci(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_PCI);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    pci->domain = device->domain;
+    pci->bus = device->bus;
+    pci->device = device->device;
+    pci->pciDeviceId = 0x20B210DE; /* device id << 16 | NVIDIA's vendor id */
+    pci->pciSubSystemId = 0x147F10DE;
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X",
+             device->domain & 0xFFFF, device->bus, device->device, device->function);
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", device->domain, device->bus,
+             device->device, device->function);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    return fill_pci(device, pci);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    return fill_pci(device, pci);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    return fill_pci(device, pci);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
+{
+    nvmlPciInfo_t base;
+    nvmlReturn_t ret;
+    if (pci && pci->version != nvmlPciInfoExt_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    ret = fill_pci(device, &base);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    pci->domain = base.domain;
+    pci->bus = base.bus;
+    pci->device = base.device;
+    pci->pciDeviceId = base.pciDeviceId;
+    pci->pciSubSystemId = base.pciSubSystemId;
+    pci->baseClass = 0x03; /* display controller */
+    pci->subClass = 0x02;  /* 3D controller */
+    memcpy(pci->busId, base.busId, sizeof pci->busId);
+    return NVML_SUCCESS;
+}
+
+/* ---- state --------------------------------------------------------------------------- */
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_MEMORY);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memory->total = device->memory_total;
+    memory->used = device->memory_used;
+    memory->free = device->memory_total > device->memory_used
+                       ? device->memory_total - device->memory_used
+                       : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    nvmlMemory_t v1;
+    nvmlReturn_t ret;
+    if (memory && memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    ret = nvmlDeviceGetMemoryInfo(device, &v1);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memory->total = v1.total;
+    memory->reserved = 0;
+    memory->free = v1.free;
+    memory->used = v1.used;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device,
+                                                nvmlMemoryErrorType_t errorType,
+                                                nvmlEccCounterType_t counterType,
+                                                unsigned long long *eccCounts)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_ECC);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!eccCounts || (counterType != NVML_VOLATILE_ECC && counterType != NVML_AGGREGATE_ECC))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        *eccCounts = device->ecc_uncorrectable;
+    else if (errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED)
+        *eccCounts = 0;
+    else
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                              unsigned int *uncRows, unsigned int *isPending,
+                                              unsigned int *failureOccurred)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_REMAP);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!corrRows || !uncRows || !isPending || !failureOccurred)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *corrRows = 0;
+    *uncRows = (device->remapped_pending || device->remapped_failure) ? 1 : 0;
+    *isPending = device->remapped_pending ? 1 : 0;
+    *failureOccurred = device->remapped_failure ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+                                         unsigned int *pendingMode)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_MIG);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!currentMode || !pendingMode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *currentMode = device->mig_current ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    *pendingMode = device->mig_pending ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_PERSISTENCE);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = device->persistence ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                  nvmlUtilization_t *utilization)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_UTILIZATION);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!utilization)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    utilization->gpu = device->utilization;
+    utilization->memory = device->utilization / 2;
+    return NVML_SUCCESS;
+}
+
+/* NVML's two-call protocol: ask with too small a buffer, learn the count, ask again. */
+static nvmlReturn_t list_processes(nvmlDevice_t device, unsigned int *infoCount,
+                                   nvmlProcessInfo_t *infos, nvmlProcessInfo_v1_t *infos_v1)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_PROCESSES);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = (unsigned int)device->nprocs;
+    if (*infoCount < n || (n && !infos && !infos_v1)) {
+        *infoCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int k = 0; k < n; k++) {
+        if (infos) {
+            infos[k].pid = device->procs[k].pid;
+            infos[k].usedGpuMemory = device->procs[k].used;
+            infos[k].gpuInstanceId = 0xFFFFFFFF;
+            infos[k].computeInstanceId = 0xFFFFFFFF;
+        } else {
+            infos_v1[k].pid = device->procs[k].pid;
+            infos_v1[k].usedGpuMemory = device->procs[k].used;
+        }
+    }
+    *infoCount = n;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_t *infos)
+{
+    return list_processes(device, infoCount, infos, NULL);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_v2_t *infos)
+{
+    return list_processes(device, infoCount, infos, NULL);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                         unsigned int *infoCount,
+                                                         nvmlProcessInfo_v1_t *infos)
+{
+    return list_processes(device, infoCount, NULL, infos);
+}
