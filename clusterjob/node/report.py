@@ -1,0 +1,124 @@
+"""Render preflight reports and inventories for people (tables) and programs (JSON).
+
+Stdlib only: the Prolog path imports this too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from clusterjob.node.checks import PreflightReport, Severity
+from clusterjob.node.inventory import Gpu, GpuInventory
+
+__all__ = [
+    "format_table",
+    "gpu_health",
+    "inventory_to_dict",
+    "render_inventory",
+    "render_json",
+    "render_table",
+    "summary_line",
+]
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns separated by two spaces; trailing spaces stripped."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+        for line in [list(header), *rows]
+    ]
+
+
+def summary_line(report: PreflightReport) -> str:
+    """The last line of the preflight output: the verdict for this node."""
+    n_err, n_warn = len(report.errors), len(report.warnings)
+    if report.ok:
+        extra = f", {n_warn} warning(s)" if n_warn else ""
+        return f"preflight {report.node}: OK ({len(report.rows)} GPU slot(s){extra})"
+    return f"preflight {report.node}: FAILED ({n_err} error(s), {n_warn} warning(s))"
+
+
+def render_table(report: PreflightReport) -> str:
+    """The human output: slot table, then one line per finding, then the summary line.
+
+    Allocated slots are marked with ``*``.
+    """
+    header = ("SLOT", "BUS ID", "EXPECTED", "FOUND", "STATUS")
+    rows = [
+        (
+            ("-" if r.slot is None else str(r.slot)) + ("*" if r.allocated else ""),
+            r.bus_id or "-",
+            r.expected or "-",
+            r.found or "-",
+            r.status,
+        )
+        for r in report.rows
+    ]
+    lines = format_table(header, rows) if rows else [f"{report.node}: no GPUs"]
+    for f in report.findings:
+        if f.severity is not Severity.INFO:
+            lines.append(f"{f.severity.value}: {f.check_id}: {f.message}")
+    lines.append(summary_line(report))
+    return "\n".join(lines)
+
+
+def render_json(report: PreflightReport) -> str:
+    return json.dumps(report.to_dict(), indent=2, sort_keys=True)
+
+
+def gpu_health(gpu: Gpu) -> str:
+    """A short health word for the ``gpus`` table: ``ok`` or the problems, comma-separated."""
+    if gpu.lost:
+        return "lost"
+    problems = []
+    if gpu.ecc_uncorrectable_volatile:
+        problems.append(f"ecc:{gpu.ecc_uncorrectable_volatile}")
+    if gpu.remapped_rows_failure:
+        problems.append("remap-failure")
+    if gpu.remapped_rows_pending:
+        problems.append("remap-pending")
+    if gpu.mig_pending is not None and gpu.mig_current is not None:
+        if gpu.mig_pending != gpu.mig_current:
+            problems.append("mig-pending")
+        elif gpu.mig_current:
+            problems.append("mig")
+    return ",".join(problems) or "ok"
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.0f} GiB"
+
+
+def render_inventory(inv: GpuInventory) -> str:
+    """The ``clusterjob gpus`` table, in PCI bus order (NVML's own index shown for reference)."""
+    header = ("INDEX", "BUS ID", "NAME", "MEMORY", "MINOR", "UUID", "HEALTH")
+    rows = [
+        (
+            str(g.index),
+            g.bus_id,
+            g.name or "-",
+            _gib(g.memory_total),
+            "-" if g.minor is None else str(g.minor),
+            g.uuid or "-",
+            gpu_health(g),
+        )
+        for g in sorted(inv.gpus, key=lambda g: g.bus_id)
+    ]
+    lines = format_table(header, rows) if rows else ["no GPUs"]
+    cuda = inv.cuda_driver_version
+    cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else "-"
+    lines.append(f"driver {inv.driver_version or '-'}, CUDA {cuda_text}, {len(rows)} GPU(s)")
+    return "\n".join(lines)
+
+
+def inventory_to_dict(inv: GpuInventory) -> dict[str, object]:
+    return {
+        "driver_version": inv.driver_version,
+        "cuda_driver_version": inv.cuda_driver_version,
+        "gpus": [asdict(g) for g in inv.gpus],
+    }
