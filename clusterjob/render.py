@@ -1,0 +1,151 @@
+"""Turn a ``ResolvedJob`` into a job script with sandboxed Jinja2 templates.
+
+Templates are looked up in the site's template directory first, then in the shipped
+``templates/``. A site may override ``job.sh.j2`` outright or extend it: inside a site's own
+``job.sh.j2``, ``{% extends "job.sh.j2" %}`` means the shipped one (also reachable anywhere
+as ``clusterjob/job.sh.j2``). Every value that reaches the shell goes through the ``q``
+filter; every value on an ``#SBATCH`` line through ``sbatch`` / ``sbatch_option``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+from jinja2.sandbox import SandboxedEnvironment
+
+from clusterjob import resources
+from clusterjob.errors import ClusterjobError, ConfigError, ConfigIssue
+from clusterjob.request import ResolvedJob
+from clusterjob.shell import check_no_nul, sbatch_option, sbatch_value, shell_join, shell_quote
+from clusterjob.site.model import Site
+
+JOB_TEMPLATE = "job.sh.j2"
+SHIPPED_PREFIX = "clusterjob"  # "clusterjob/job.sh.j2" always names the shipped template
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    """A job script and the exact sbatch command that submits it once written to disk."""
+
+    script: str
+    sbatch_argv: list[str]  # ["sbatch", "--parsable", <script path>]
+    token: str
+
+    @property
+    def script_path(self) -> str:
+        return self.sbatch_argv[-1]
+
+    def sbatch_argv_for(self, path: str | Path, *, test_only: bool = False) -> list[str]:
+        """The sbatch command for the script written at ``path`` (``--test-only``: validate,
+        submit nothing; sbatch then prints its estimate on stderr)."""
+        return ["sbatch", "--test-only" if test_only else "--parsable", str(path)]
+
+    def sbatch_command(self) -> str:
+        """``sbatch_argv`` as one line a person can paste into a shell."""
+        return shell_join(self.sbatch_argv)
+
+
+class _JobTemplateEnvironment(SandboxedEnvironment):
+    """A template that extends or includes its own name means the shipped one."""
+
+    def join_path(self, template: str, parent: str) -> str:
+        if template == parent and not template.startswith(SHIPPED_PREFIX + "/"):
+            return f"{SHIPPED_PREFIX}/{template}"
+        return template
+
+
+def template_environment(site: Site) -> SandboxedEnvironment:
+    """The sandboxed environment for ``site``: its templates first, then the shipped ones."""
+    shipped = jinja2.FileSystemLoader(str(resources.templates_dir()))
+    loaders: list[jinja2.BaseLoader] = []
+    if site.templates_dir is not None:
+        loaders.append(jinja2.FileSystemLoader(str(site.templates_dir)))
+    loaders.append(jinja2.PrefixLoader({SHIPPED_PREFIX: shipped}))
+    loaders.append(shipped)
+    env = _JobTemplateEnvironment(
+        loader=jinja2.ChoiceLoader(loaders),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = shell_quote
+    env.filters["sbatch"] = sbatch_value
+    env.filters["sbatch_option"] = sbatch_option
+    return env
+
+
+def default_node_command(site: Site) -> list[str]:
+    """How the job script calls clusterjob on a node: the site's ``node_command`` if set,
+    else this interpreter (``python -m clusterjob``), which shares the login node's install."""
+    configured = getattr(site, "node_command", None)
+    if configured:
+        return shlex.split(configured) if isinstance(configured, str) else list(configured)
+    return [sys.executable, "-m", "clusterjob"]
+
+
+def _template_location(exc: BaseException) -> tuple[str, int | None]:
+    """The template file and line an error was raised at, from Jinja's rewritten traceback."""
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return exc.filename or exc.name or JOB_TEMPLATE, exc.lineno
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        # Jinja rewrites the traceback so template frames carry the template's file name.
+        if not frame.filename.endswith(".py") and not frame.filename.startswith("<"):
+            return frame.filename, frame.lineno
+    return JOB_TEMPLATE, None
+
+
+def render(
+    site: Site,
+    resolved: ResolvedJob,
+    *,
+    script_path: str | Path | None = None,
+    python: str | None = None,
+    node_command: Sequence[str] | None = None,
+) -> RenderedJob:
+    """Render the job script for ``resolved`` at ``site``.
+
+    ``script_path`` is where the caller will write the script (it only appears in the sbatch
+    command); ``python`` runs the user's script (default: this interpreter); ``node_command``
+    runs clusterjob on the nodes (default: ``default_node_command(site)``).
+    """
+    env = template_environment(site)
+    context = {
+        "job": resolved,
+        "request": resolved.request,
+        "site": site,
+        "token": resolved.token,
+        "python": python or sys.executable,
+        "node_command": list(node_command or default_node_command(site)),
+        "site_file": str(Path(site.source).resolve()),
+    }
+    try:
+        template = env.get_template(JOB_TEMPLATE)
+        script = template.render(context)
+    except ClusterjobError:
+        raise
+    except jinja2.TemplateNotFound as exc:
+        where = str(site.templates_dir or resources.templates_dir())
+        raise ConfigError(
+            ConfigIssue(where, None, "templates", f"template not found: {exc.name}")
+        ) from None
+    except (jinja2.TemplateError, TypeError, ValueError) as exc:
+        file, line = _template_location(exc)
+        message = getattr(exc, "message", None) or str(exc)
+        raise ConfigError(
+            ConfigIssue(file, line, "templates", f"{type(exc).__name__}: {message}")
+        ) from None
+    check_no_nul(script, "the rendered job script")
+    if not script.endswith("\n"):
+        script += "\n"
+    path = str(script_path) if script_path is not None else f"clusterjob-{resolved.token}.sh"
+    return RenderedJob(
+        script=script, sbatch_argv=["sbatch", "--parsable", path], token=resolved.token
+    )

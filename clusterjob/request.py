@@ -1,0 +1,416 @@
+"""What the user asked for (``JobRequest``), and what it means at one site (``ResolvedJob``).
+
+``resolve`` is pure: it reads the site's models, partitions and node map and either returns
+the GPU request in the site's own sbatch syntax or raises a ``UsageError`` that says what
+this site can do instead. Nothing here talks to Slurm.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hostlist
+
+from clusterjob.errors import ConfigError, ConfigIssue, UsageError
+from clusterjob.shell import check_directive_value, check_no_nul
+from clusterjob.site.model import GpuModel, GpuSyntax, Partition, Site
+
+_TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def new_token() -> str:
+    """A submission token, written into ``--comment`` so a job whose sbatch timed out can be
+    found again (squeue/sacct) instead of being submitted twice."""
+    return secrets.token_hex(8)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job as the user asked for it, before any site knowledge is applied."""
+
+    script: str
+    args: tuple[str, ...] = ()
+    gpus: int = 1  # per node
+    model: str | None = None  # None: the site's only model
+    nodes: int = 1
+    partition: str | None = None
+    time: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_gpu: str | None = None
+    job_name: str | None = None
+    array: str | None = None
+    dependency: str | None = None
+    output: str | None = None
+    error: str | None = None
+    signal: str | None = None  # e.g. "B:USR1@90": warn the batch shell before the time limit
+    requeue: bool = False
+    exclude: str | None = None
+    nodelist: str | None = None
+    mail_type: str | None = None
+    mail_user: str | None = None
+    constraint: str | None = None
+    sbatch_args: tuple[str, ...] = ()  # passed through as #SBATCH lines, e.g. "--exclusive"
+    tasks_per_node: int = 1  # torchrun spawns one worker per GPU itself
+    token: str = field(default_factory=new_token)
+
+
+@dataclass(frozen=True)
+class GresRequest:
+    """The GPU request in one site's syntax: the exact sbatch options to write."""
+
+    options: tuple[str, ...]  # e.g. ("--gres=gpu:a100:2",) or ("--gres=gpu:2", "--constraint=a100")
+    per_node: int
+    nodes: int
+    gres_type: str | None  # the type written in the request, None when untyped
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """A request made concrete for one site: model, partition, GPU options, defaults applied."""
+
+    request: JobRequest
+    site_name: str
+    model: GpuModel
+    partition: Partition
+    gres: GresRequest
+    nodes: int
+    gpus_per_node: int
+    tasks_per_node: int
+    job_name: str
+    account: str | None
+    qos: str | None
+    cpus_per_gpu: int | None
+    mem_per_gpu: str | None
+    time: str | None
+    constraint: str | None  # the user's constraint when the GPU options do not carry it
+    eligible_nodes: tuple[str, ...]  # nodes of the partition with enough GPUs of the model
+    token: str
+
+
+# --- node map queries -------------------------------------------------------------------
+
+
+def _model_count(site: Site, node: str, model: str) -> int:
+    gpus = site.node_map.gpus(node) or ()
+    return sum(1 for g in gpus if g.model == model)
+
+
+def _nodes_with_model(site: Site, model: str, among: tuple[str, ...] | None = None) -> list[str]:
+    names = among if among is not None else tuple(site.node_map.nodes)
+    return [n for n in names if _model_count(site, n, model) > 0]
+
+
+def _compress(nodes: list[str]) -> str:
+    return hostlist.collect_hostlist(nodes)
+
+
+def _capacity_text(site: Site, partition: Partition, model: str) -> str:
+    """``V100: at most 2 per node (nodes gpu-v[01-04])``, smaller groups after the largest."""
+    by_count: dict[int, list[str]] = {}
+    for node in partition.node_names:
+        count = _model_count(site, node, model)
+        if count:
+            by_count.setdefault(count, []).append(node)
+    parts = [
+        f"{count} per node (nodes {_compress(nodes)})"
+        for count, nodes in sorted(by_count.items(), reverse=True)
+    ]
+    return f"{model}: at most " + ", ".join(parts)
+
+
+def _models_in(site: Site, partition: Partition) -> list[str]:
+    return [m.name for m in site.models if _nodes_with_model(site, m.name, partition.node_names)]
+
+
+# --- validation helpers -----------------------------------------------------------------
+
+
+def _check_text_fields(request: JobRequest) -> None:
+    """Refuse values that cannot be written into the script, before anything else."""
+    directive_fields = (
+        "partition", "time", "account", "qos", "mem_per_gpu", "job_name", "array",
+        "dependency", "output", "error", "signal", "exclude", "nodelist", "mail_type",
+        "mail_user", "constraint",
+    )  # fmt: skip
+    for name in directive_fields:
+        value = getattr(request, name)
+        if value is not None:
+            if value == "":
+                raise UsageError(f"--{name.replace('_', '-')} must not be empty")
+            check_directive_value(value, f"--{name.replace('_', '-')}")
+    for arg in request.sbatch_args:
+        check_directive_value(arg, "--sbatch-arg")
+        if not arg.startswith("-"):
+            raise UsageError(
+                f"--sbatch-arg {arg!r} is not an sbatch option (expected --name=value)"
+            )
+    check_no_nul(request.script, "the script path")
+    if not request.script:
+        raise UsageError("no script given")
+    for arg in request.args:
+        check_no_nul(arg, "a job argument")
+    if not _TOKEN.fullmatch(request.token):
+        raise UsageError(f"bad submission token {request.token!r}")
+    for name in ("gpus", "nodes", "tasks_per_node"):
+        if getattr(request, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if request.cpus_per_gpu is not None and request.cpus_per_gpu < 1:
+        raise UsageError("--cpus-per-gpu must be at least 1")
+
+
+_TIME_FORMS = (
+    re.compile(r"(?P<m>\d+)"),
+    re.compile(r"(?P<m>\d+):(?P<s>\d+)"),
+    re.compile(r"(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"),
+    re.compile(r"(?P<d>\d+)-(?P<h>\d+)"),
+    re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)"),
+    re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"),
+)
+
+
+def slurm_time_seconds(text: str) -> int | None:
+    """Seconds in a Slurm time string (``2-00:00:00``, ``90``, ``1:30:00``); None if unlimited.
+
+    Raises ValueError for anything sbatch would not accept.
+    """
+    if text.strip().upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    for form in _TIME_FORMS:
+        m = form.fullmatch(text.strip())
+        if m:
+            parts = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+            return (
+                parts.get("d", 0) * 86400
+                + parts.get("h", 0) * 3600
+                + parts.get("m", 0) * 60
+                + parts.get("s", 0)
+            )
+    raise ValueError(f"not a Slurm time: {text!r} (expected minutes, HH:MM:SS or D-HH:MM:SS)")
+
+
+# --- resolution -------------------------------------------------------------------------
+
+
+def _find_model(site: Site, request: JobRequest) -> GpuModel:
+    if request.model is None:
+        if len(site.models) == 1:
+            return site.models[0]
+        raise UsageError(
+            f"--model is required at site {site.name}; this site has: {_model_list(site)}"
+        )
+    model = site.model(request.model)
+    if model is None:
+        raise UsageError(
+            f"unknown GPU model {request.model!r} at site {site.name}; "
+            f"this site has: {_model_list(site)}"
+        )
+    return model
+
+
+def _model_list(site: Site) -> str:
+    return ", ".join(
+        f"{m.name} ({len(_nodes_with_model(site, m.name))} nodes)" for m in site.models
+    )
+
+
+def _expand(hosts: str | None, option: str) -> set[str]:
+    if not hosts:
+        return set()
+    try:
+        return set(hostlist.expand_hostlist(hosts))
+    except hostlist.BadHostlist as exc:
+        raise UsageError(f"{option}: not a Slurm hostlist: {hosts!r} ({exc})") from None
+
+
+def _fits(site: Site, partition: Partition, model: str, request: JobRequest) -> list[str]:
+    """Nodes of ``partition`` that can each give ``request.gpus`` GPUs of ``model`` (honouring
+    --exclude and --nodelist); empty when the request does not fit there."""
+    excluded = _expand(request.exclude, "--exclude")
+    eligible = [
+        n
+        for n in partition.node_names
+        if n not in excluded and _model_count(site, n, model) >= request.gpus
+    ]
+    required = _expand(request.nodelist, "--nodelist")
+    if not required <= set(eligible):
+        return []
+    return eligible if len(eligible) >= request.nodes else []
+
+
+def _choose_partition(
+    site: Site, model: GpuModel, request: JobRequest
+) -> tuple[Partition, list[str]]:
+    """Explicit partition, else the default one that has the model, else the first that has it.
+
+    Among partitions that have the model, one where the request fits is preferred, so that a
+    small default partition does not hide a bigger one.
+    """
+    if request.partition is not None:
+        partition = site.partition(request.partition)
+        if partition is None:
+            valid = ", ".join(p.name for p in site.partitions)
+            raise UsageError(
+                f"unknown partition {request.partition!r} at site {site.name}; "
+                f"valid partitions: {valid}"
+            )
+        if not _nodes_with_model(site, model.name, partition.node_names):
+            here = ", ".join(_models_in(site, partition)) or "no GPUs in the node map"
+            others = [
+                p.name for p in site.partitions if _nodes_with_model(site, model.name, p.node_names)
+            ]
+            hint = f"; {model.name} is in: {', '.join(others)}" if others else ""
+            raise UsageError(
+                f"partition {partition.name} at site {site.name} has no {model.name} nodes "
+                f"(it has: {here}){hint}"
+            )
+        candidates = [partition]
+    else:
+        candidates = [
+            p for p in site.partitions if _nodes_with_model(site, model.name, p.node_names)
+        ]
+        if not candidates:
+            raise UsageError(
+                f"no partition at site {site.name} has {model.name} nodes "
+                "(check the site's partitions and node_map)"
+            )
+        candidates.sort(key=lambda p: not p.default)  # stable: default first, then file order
+    for partition in candidates:
+        eligible = _fits(site, partition, model.name, request)
+        if eligible:
+            return partition, eligible
+    raise UsageError(_impossible(site, model, request, candidates, request.partition is not None))
+
+
+def _impossible(
+    site: Site,
+    model: GpuModel,
+    request: JobRequest,
+    candidates: list[Partition],
+    explicit: bool,
+) -> str:
+    where = f" in partition {candidates[0].name}" if explicit else ""
+    head = (
+        f"cannot give {request.gpus} {model.name} GPU(s) per node on {request.nodes} node(s) "
+        f"at site {site.name}{where}"
+    )
+    best = max(
+        len([n for n in p.node_names if _model_count(site, n, model.name) >= request.gpus])
+        for p in candidates
+    )
+    if request.nodelist or request.exclude:
+        reason = "not with the given --nodelist/--exclude"
+    elif best == 0:
+        reason = f"no node has {request.gpus} {model.name} GPUs"
+    else:
+        reason = f"only {best} node(s) have {request.gpus} or more {model.name} GPUs"
+    possible = []
+    for p in candidates:
+        prefix = "" if len(candidates) == 1 else f"partition {p.name}: "
+        names = [model.name] + [m for m in _models_in(site, p) if m != model.name]
+        possible.append(prefix + ", ".join(_capacity_text(site, p, m) for m in names))
+    return f"{head}: {reason}; possible: " + "; ".join(possible)
+
+
+def _combine_constraints(feature: str, user: str | None) -> str:
+    if not user:
+        return feature
+    if any(c in user for c in "|[]*"):
+        raise UsageError(
+            f"cannot combine --constraint {user!r} with the {feature!r} node feature this site "
+            "uses to select the GPU model; use only '&' in --constraint here"
+        )
+    return f"{feature}&{user}"
+
+
+def _model_config_error(site: Site, model: GpuModel, key: str, message: str) -> ConfigError:
+    return ConfigError(ConfigIssue(str(site.source), None, f"models.{model.name}.{key}", message))
+
+
+def gres_request(
+    site: Site, model: GpuModel, gpus: int, nodes: int, constraint: str | None
+) -> tuple[GresRequest, str | None]:
+    """The GPU request in the site's syntax, and the user's constraint if not merged into it.
+
+    A ``gpus`` site gets the job total (``--gpus=TYPE:N*nodes``); the preflight then checks
+    that Slurm spread it as ``N`` per node.
+    """
+    syntax = site.gpu_syntax
+    gres_type = model.gres_type
+    if syntax is GpuSyntax.GRES_CONSTRAINT:
+        if not model.constraint:
+            raise _model_config_error(
+                site, model, "constraint",
+                "no node feature given, but gpu_request.syntax is gres+constraint",
+            )  # fmt: skip
+        typed = gres_type if (site.type_required and gres_type) else None
+        gres = f"--gres=gpu:{typed}:{gpus}" if typed else f"--gres=gpu:{gpus}"
+        combined = _combine_constraints(model.constraint, constraint)
+        return GresRequest((gres, f"--constraint={combined}"), gpus, nodes, typed), None
+    if gres_type is None and site.type_required:
+        raise _model_config_error(
+            site, model, "gres_type",
+            "no GRES type given, but gpu_request.type_required is true",
+        )  # fmt: skip
+    prefix = f"{gres_type}:" if gres_type else ""
+    if syntax is GpuSyntax.GRES:
+        option = f"--gres=gpu:{prefix}{gpus}"
+    elif syntax is GpuSyntax.GPUS_PER_NODE:
+        option = f"--gpus-per-node={prefix}{gpus}"
+    elif syntax is GpuSyntax.GPUS:
+        option = f"--gpus={prefix}{gpus * nodes}"
+    else:  # pragma: no cover - the enum is closed
+        raise AssertionError(syntax)
+    if gres_type is None and model.constraint:
+        # Untyped GRES: the node feature is the only way to land on this model.
+        combined = _combine_constraints(model.constraint, constraint)
+        return GresRequest((option, f"--constraint={combined}"), gpus, nodes, None), None
+    return GresRequest((option,), gpus, nodes, gres_type), constraint
+
+
+def resolve(site: Site, request: JobRequest) -> ResolvedJob:
+    """Make ``request`` concrete for ``site``, or say in one line why it cannot be."""
+    _check_text_fields(request)
+    model = _find_model(site, request)
+    partition, eligible = _choose_partition(site, model, request)
+    if request.time is not None:
+        try:
+            wanted = slurm_time_seconds(request.time)
+        except ValueError as exc:
+            raise UsageError(f"--time: {exc}") from None
+        limit = slurm_time_seconds(partition.time_limit) if partition.time_limit else None
+        if limit is not None and (wanted is None or wanted > limit):
+            raise UsageError(
+                f"--time {request.time} is longer than partition {partition.name}'s limit "
+                f"{partition.time_limit} at site {site.name}"
+            )
+    gres, constraint = gres_request(site, model, request.gpus, request.nodes, request.constraint)
+    defaults = partition.defaults
+    job_name = request.job_name or Path(request.script).stem or "clusterjob"
+    return ResolvedJob(
+        request=request,
+        site_name=site.name,
+        model=model,
+        partition=partition,
+        gres=gres,
+        nodes=request.nodes,
+        gpus_per_node=request.gpus,
+        tasks_per_node=request.tasks_per_node,
+        job_name=check_directive_value(job_name, "the job name"),
+        account=request.account if request.account is not None else defaults.account,
+        qos=request.qos if request.qos is not None else defaults.qos,
+        cpus_per_gpu=(
+            request.cpus_per_gpu if request.cpus_per_gpu is not None else defaults.cpus_per_gpu
+        ),
+        mem_per_gpu=request.mem_per_gpu
+        if request.mem_per_gpu is not None
+        else defaults.mem_per_gpu,
+        time=request.time,
+        constraint=constraint,
+        eligible_nodes=tuple(eligible),
+        token=request.token,
+    )
