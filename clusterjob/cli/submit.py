@@ -1,0 +1,167 @@
+"""Command: submit (registered on the app in clusterjob.cli).
+
+Everything after SCRIPT belongs to SCRIPT and is passed on unchanged (``--lr 3e-4`` too), so
+clusterjob's own options go before SCRIPT.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clusterjob.cli import app
+from clusterjob.errors import UsageError
+from clusterjob.render import render
+from clusterjob.request import JobRequest, resolve
+from clusterjob.site.model import Site
+
+_OWN_OPTIONS = ("--gpus", "--model", "--nodes", "--partition", "--site", "--dry-run")
+
+
+def _cluster_name() -> str | None:
+    """This cluster's Slurm ClusterName, or None when it cannot be read (no Slurm here)."""
+    try:
+        from clusterjob.slurm import cluster_name  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    try:
+        return cluster_name()
+    except Exception:  # discovery falls back to other sources; say nothing here
+        return None
+
+
+def load_site_for_submit(spec: str | None) -> Site:
+    """The site named by ``--site`` (a name or a file), else the one discovery finds."""
+    from clusterjob.site.discovery import find_site
+
+    environ = dict(os.environ)
+    needs_cluster_name = spec is None and not environ.get("CLUSTERJOB_SITE")
+    found = find_site(
+        spec, environ=environ, cluster_name=_cluster_name() if needs_cluster_name else None
+    )
+    if isinstance(found, Site):
+        return found
+    from clusterjob.site.loader import load_site
+
+    return load_site(Path(found))
+
+
+@app.command(
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+    no_args_is_help=True,
+)
+def submit(
+    script: Annotated[str, typer.Argument(help="The training script to run (python SCRIPT ARGS).")],
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(help="Arguments for SCRIPT, passed unchanged.", show_default=False),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", help="GPUs per node.", show_default=False)
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="GPU model (or an alias).")
+    ] = None,
+    nodes: Annotated[int, typer.Option("--nodes", "-N", help="Nodes, each with --gpus GPUs.")] = 1,
+    partition: Annotated[str | None, typer.Option("--partition", "-p")] = None,
+    time: Annotated[
+        str | None, typer.Option("--time", "-t", help="Time limit, e.g. 1-00:00:00.")
+    ] = None,
+    account: Annotated[str | None, typer.Option("--account", "-A")] = None,
+    qos: Annotated[str | None, typer.Option("--qos")] = None,
+    cpus_per_gpu: Annotated[int | None, typer.Option("--cpus-per-gpu")] = None,
+    mem_per_gpu: Annotated[str | None, typer.Option("--mem-per-gpu", help="e.g. 64G")] = None,
+    job_name: Annotated[str | None, typer.Option("--job-name", "-J")] = None,
+    array: Annotated[str | None, typer.Option("--array", help="e.g. 0-9%2")] = None,
+    dependency: Annotated[str | None, typer.Option("--dependency", "-d")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o")] = None,
+    error: Annotated[str | None, typer.Option("--error", "-e")] = None,
+    signal: Annotated[
+        str | None,
+        typer.Option("--signal", help="Warn the job before its time limit, e.g. B:USR1@90."),
+    ] = None,
+    requeue: Annotated[bool, typer.Option("--requeue", help="Let Slurm requeue the job.")] = False,
+    exclude: Annotated[str | None, typer.Option("--exclude", "-x")] = None,
+    nodelist: Annotated[str | None, typer.Option("--nodelist", "-w")] = None,
+    mail_type: Annotated[str | None, typer.Option("--mail-type")] = None,
+    mail_user: Annotated[str | None, typer.Option("--mail-user")] = None,
+    constraint: Annotated[str | None, typer.Option("--constraint", "-C")] = None,
+    sbatch_arg: Annotated[
+        list[str] | None,
+        typer.Option("--sbatch-arg", help="Extra sbatch option, e.g. --sbatch-arg=--exclusive."),
+    ] = None,
+    tasks_per_node: Annotated[int, typer.Option("--tasks-per-node")] = 1,
+    site: Annotated[
+        str | None, typer.Option("--site", "-s", help="Site name or site YAML file.")
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the job script and the sbatch command; submit nothing."
+        ),
+    ] = False,
+    test_only: Annotated[
+        bool,
+        typer.Option("--test-only", help="Ask Slurm to validate the job (sbatch --test-only)."),
+    ] = False,
+) -> None:
+    """Submit SCRIPT with GPUs of one model, in this site's own sbatch syntax."""
+    args = list(args or [])
+    if dry_run and test_only:
+        raise UsageError("--dry-run and --test-only exclude each other")
+    if gpus is None:
+        misplaced = [a for a in args if a.split("=", 1)[0] in _OWN_OPTIONS]
+        hint = (
+            f" ({', '.join(misplaced)} came after SCRIPT and so went to SCRIPT: "
+            "put clusterjob's options before SCRIPT)"
+            if misplaced
+            else ""
+        )
+        raise UsageError(f"--gpus is required{hint}")
+    if not Path(script).is_file():
+        raise UsageError(f"script not found: {script}")
+    request = JobRequest(
+        script=script,
+        args=tuple(args),
+        gpus=gpus,
+        model=model,
+        nodes=nodes,
+        partition=partition,
+        time=time,
+        account=account,
+        qos=qos,
+        cpus_per_gpu=cpus_per_gpu,
+        mem_per_gpu=mem_per_gpu,
+        job_name=job_name,
+        array=array,
+        dependency=dependency,
+        output=output,
+        error=error,
+        signal=signal,
+        requeue=requeue,
+        exclude=exclude,
+        nodelist=nodelist,
+        mail_type=mail_type,
+        mail_user=mail_user,
+        constraint=constraint,
+        sbatch_args=tuple(sbatch_arg or ()),
+        tasks_per_node=tasks_per_node,
+    )
+    the_site = load_site_for_submit(site)
+    resolved = resolve(the_site, request)
+    rendered = render(the_site, resolved)
+    if dry_run:
+        typer.echo(rendered.script, nl=False)
+        typer.echo(
+            f"# dry run: nothing submitted. To submit by hand, save this script as "
+            f"{rendered.script_path} and run:"
+        )
+        typer.echo(f"# {rendered.sbatch_command()}")
+        return
+    from clusterjob import jobs
+
+    result = jobs.submit(the_site, resolved, rendered, test_only=test_only)
+    typer.echo(str(result))
