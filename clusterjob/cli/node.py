@@ -1,3 +1,55 @@
-"""Commands: node (registered on the app in clusterjob.cli)."""
+"""Commands: node (registered on the app in clusterjob.cli): ``preflight`` and ``gpus``."""
 
 from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from clusterjob.cli import app
+from clusterjob.errors import PreflightFailed
+from clusterjob.node import hooks, report
+
+
+@app.command()
+def preflight(
+    site: Annotated[
+        str | None,
+        typer.Option(help="Site config file.", envvar="CLUSTERJOB_SITE", show_envvar=True),
+    ] = None,
+    expect_model: Annotated[
+        str | None,
+        typer.Option(help="GPU model the job asked for.", envvar="CLUSTERJOB_EXPECT_MODEL"),
+    ] = None,
+    expect_count: Annotated[
+        int | None,
+        typer.Option(help="GPUs the job asked for on this node.", envvar="CLUSTERJOB_EXPECT_COUNT"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Check this node's GPUs against the site map and the job's request (run in the job)."""
+    environ = dict(os.environ)
+    result = hooks.run_preflight(
+        site, hooks.node_name(environ), environ, expect_model, expect_count
+    )
+    if as_json:
+        print(report.render_json(result))
+    else:
+        print(report.render_table(result), file=sys.stderr)
+    if not result.ok:
+        raise PreflightFailed(report.summary_line(result))
+
+
+@app.command()
+def gpus(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the inventory as JSON.")] = False,
+) -> None:
+    """List this node's GPUs as NVML sees them, in PCI bus order."""
+    inventory = hooks.read_gpus()
+    if as_json:
+        print(json.dumps(report.inventory_to_dict(inventory), indent=2, sort_keys=True))
+    else:
+        print(report.render_inventory(inventory))
