@@ -298,16 +298,25 @@ def _impossible(
         f"cannot give {request.gpus} {model.name} GPU(s) per node on {request.nodes} node(s) "
         f"at site {site.name}{where}"
     )
-    best = max(
-        len([n for n in p.node_names if _model_count(site, n, model.name) >= request.gpus])
+    excluded = _expand(request.exclude, "--exclude")
+    outside = " outside --exclude" if excluded else ""
+    eligible = {
+        n
         for p in candidates
-    )
-    if request.nodelist or request.exclude:
-        reason = "not with the given --nodelist/--exclude"
+        for n in p.node_names
+        if n not in excluded and _model_count(site, n, model.name) >= request.gpus
+    }
+    best = max(len([n for n in p.node_names if n in eligible]) for p in candidates)
+    unusable = sorted(_expand(request.nodelist, "--nodelist") - eligible)
+    if unusable:
+        reason = (
+            f"--nodelist node(s) {_compress(unusable)} cannot give {request.gpus} "
+            f"{model.name} GPUs each{outside}"
+        )
     elif best == 0:
-        reason = f"no node has {request.gpus} {model.name} GPUs"
+        reason = f"no node has {request.gpus} {model.name} GPUs{outside}"
     else:
-        reason = f"only {best} node(s) have {request.gpus} or more {model.name} GPUs"
+        reason = f"only {best} node(s) have {request.gpus} or more {model.name} GPUs{outside}"
     possible = []
     for p in candidates:
         prefix = "" if len(candidates) == 1 else f"partition {p.name}: "
