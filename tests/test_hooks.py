@@ -1,0 +1,261 @@
+"""The Slurm hooks through ``python -m clusterjob``: exit codes and exact output lines.
+
+These tests need no GPU library: they cover what happens before NVML is asked (config
+trust, argument handling), the TaskProlog (pure environment logic) and the stdlib-only
+import rule. The runs over the stand-in NVML library are in test_hooks_nvml.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterjob.node.hooks import UntrustedConfig, check_trusted
+
+REPO = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+
+
+def cj(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m clusterjob`` as slurmd would: a small, explicit environment."""
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "clusterjob", *args],
+        env={**base, **(env or {})},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def conf_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "etc"
+    d.mkdir(mode=0o755)
+    d.chmod(0o755)
+    return d
+
+
+def write_site(conf_dir: Path) -> Path:
+    site = conf_dir / "site.yaml"
+    site.write_text("site: lab\n")
+    site.chmod(0o644)
+    return site
+
+
+# -- config trust (StrictModes) ----------------------------------------------------------
+
+
+def test_trusted_config_accepted(conf_dir: Path) -> None:
+    check_trusted(write_site(conf_dir))  # root-owned 644 in a root-owned 755 dir
+
+
+@pytest.mark.parametrize(
+    ("setup", "why"),
+    [
+        (lambda s: os.chown(s, NOBODY, -1), "file {s} is owned by uid 65534, not root"),
+        (lambda s: s.chmod(0o666), "file {s} is group/world-writable (mode 0666)"),
+        (lambda s: s.chmod(0o664), "file {s} is group/world-writable (mode 0664)"),
+        (lambda s: s.parent.chmod(0o777), "directory {d} is group/world-writable (mode 0777)"),
+        (lambda s: s.parent.chmod(0o1777), "directory {d} is group/world-writable (mode 1777)"),
+        (lambda s: os.chown(s.parent, NOBODY, -1), "directory {d} is owned by uid 65534, not root"),
+    ],
+)
+def test_untrusted_config_refused(conf_dir: Path, setup, why: str) -> None:  # type: ignore[no-untyped-def]
+    site = write_site(conf_dir)
+    setup(site)
+    with pytest.raises(UntrustedConfig) as info:
+        check_trusted(site)
+    assert str(info.value) == f"refusing {site}: " + why.format(s=site, d=conf_dir)
+
+
+def test_symlink_to_user_file_refused(conf_dir: Path, tmp_path: Path) -> None:
+    user_dir = tmp_path / "home"
+    user_dir.mkdir()
+    target = user_dir / "evil.yaml"
+    target.write_text("site: evil\n")
+    os.chown(target, NOBODY, -1)
+    link = conf_dir / "site.yaml"
+    link.symlink_to(target)
+    with pytest.raises(UntrustedConfig, match="owned by uid 65534"):
+        check_trusted(link)
+
+
+@pytest.mark.parametrize("how", ["chown nobody", "chmod 666"])
+def test_prolog_drains_on_untrusted_config(conf_dir: Path, tmp_path: Path, how: str) -> None:
+    site = write_site(conf_dir)
+    if how == "chown nobody":
+        os.chown(site, NOBODY, -1)
+        why = f"file {site} is owned by uid 65534, not root"
+    else:
+        site.chmod(0o666)
+        why = f"file {site} is group/world-writable (mode 0666)"
+    log = tmp_path / "log" / "prolog.jsonl"
+    done = cj(
+        "prolog",
+        "--site",
+        str(site),
+        "--log",
+        str(log),
+        env={"SLURMD_NODENAME": "gpu2", "SLURM_JOB_ID": "42"},
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"clusterjob prolog: gpu2: GPUs not checked: site config: refusing {site}: {why} "
+        "-- draining (on_error=drain, site policy unknown)"
+    ]
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert record["node"] == "gpu2"
+    assert record["job_id"] == "42"
+    assert (record["outcome"], record["action"], record["error"]) == ("error", "drain", "config")
+
+
+@pytest.mark.skipif(Path("/etc/clusterjob/site.yaml").exists(), reason="a real site is installed")
+def test_prolog_ignores_clusterjob_site_env(conf_dir: Path, tmp_path: Path) -> None:
+    """A user-controlled variable must not choose root's config: the default path is used."""
+    user_site = write_site(conf_dir)  # even a trusted file is not taken from the environment
+    done = cj(
+        "prolog",
+        "--log",
+        str(tmp_path / "p.jsonl"),
+        env={"SLURMD_NODENAME": "gpu2", "CLUSTERJOB_SITE": str(user_site)},
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: gpu2: GPUs not checked: site config: /etc/clusterjob/site.yaml: "
+        "cannot read: No such file or directory -- draining (on_error=drain, site policy unknown)"
+    ]
+
+
+def test_prolog_missing_config_drains(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    done = cj(
+        "prolog",
+        "--site",
+        str(missing),
+        "--log",
+        str(tmp_path / "p.jsonl"),
+        env={"SLURMD_NODENAME": "gpu2"},
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"clusterjob prolog: gpu2: GPUs not checked: site config: {missing}: cannot read: "
+        "No such file or directory -- draining (on_error=drain, site policy unknown)"
+    ]
+
+
+def test_prolog_unwritable_log_is_reported_on_the_same_line(conf_dir: Path) -> None:
+    site = write_site(conf_dir)
+    os.chown(site, NOBODY, -1)
+    blocker = conf_dir / "file"
+    blocker.write_text("")
+    done = cj(
+        "prolog",
+        "--site",
+        str(site),
+        "--log",
+        str(blocker / "prolog.jsonl"),
+        env={"SLURMD_NODENAME": "gpu2"},
+    )
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.endswith(f"; cannot write log {blocker / 'prolog.jsonl'}: File exists")
+
+
+def test_prolog_bad_argument_is_one_line() -> None:
+    done = cj("prolog", "--bogus")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["clusterjob prolog: unrecognized arguments: --bogus"]
+
+
+# -- task prolog -------------------------------------------------------------------------
+
+ORDER = "export CUDA_DEVICE_ORDER=PCI_BUS_ID"
+
+
+@pytest.mark.parametrize(
+    ("env", "lines"),
+    [
+        ({}, [ORDER]),
+        ({"SLURM_JOB_GPUS": "0,2", "CUDA_VISIBLE_DEVICES": "0,2"}, [ORDER]),
+        (
+            {"SLURM_JOB_GPUS": "2,0", "CUDA_VISIBLE_DEVICES": "2,0"},
+            [ORDER, "export CUDA_VISIBLE_DEVICES=0,2"],
+        ),
+        ({"SLURM_JOB_GPUS": "1,3", "CUDA_VISIBLE_DEVICES": "0,1"}, [ORDER]),
+        (
+            {"SLURM_JOB_GPUS": "3,1", "CUDA_VISIBLE_DEVICES": "1,0"},
+            [ORDER, "export CUDA_VISIBLE_DEVICES=0,1"],
+        ),
+        (
+            {"SLURM_JOB_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "4,5"},
+            [
+                ORDER,
+                "print clusterjob: warning: CUDA_VISIBLE_DEVICES=4,5 does not match "
+                "SLURM_JOB_GPUS=2,3",
+            ],
+        ),
+        ({"CUDA_VISIBLE_DEVICES": "MIG-1,MIG-0"}, [ORDER]),
+    ],
+)
+def test_task_prolog_lines(env: dict[str, str], lines: list[str]) -> None:
+    done = cj("task-prolog", env=env)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == lines
+
+
+def test_task_prolog_never_fails_the_task() -> None:
+    done = cj("task-prolog", "--bogus")
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == ["print clusterjob: warning: task-prolog: bad arguments"]
+
+
+def test_task_prolog_uuid_without_nvml_warns_and_passes(tmp_path: Path) -> None:
+    done = cj(
+        "task-prolog",
+        env={"CUDA_VISIBLE_DEVICES": "GPU-b,GPU-a", "LD_LIBRARY_PATH": str(tmp_path)},
+    )
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert lines[0] == ORDER
+    assert len(lines) == 2
+    assert lines[1].startswith(
+        "print clusterjob: warning: CUDA_VISIBLE_DEVICES not put in PCI order: NVML: "
+    )
+
+
+# -- stdlib only on the hook path --------------------------------------------------------
+
+FORBIDDEN = ("typer", "click", "rich", "jinja2", "ruamel", "hostlist")
+
+
+def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
+    site = write_site(conf_dir)
+    os.chown(site, NOBODY, -1)  # the prolog stops at the trust check: no config parsing here
+    code = (
+        "import sys\n"
+        "from clusterjob.__main__ import main\n"
+        "main(['task-prolog'])\n"
+        f"main(['prolog', '--site', {str(site)!r}, '--log', {str(tmp_path / 'l')!r}])\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
+        "print('LOADED', bad)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.splitlines()[-1] == "LOADED []", done.stderr
