@@ -167,10 +167,14 @@ def write_scenario(path: Path | str, scenario: StandinScenario) -> Path:
     return path
 
 
-def find_nvml_header() -> Path:
-    """nvml.h from the PyPI package nvidia-nvml-dev (namespace package ``nvidia``)."""
-    spec = importlib.util.find_spec("nvidia")
-    roots = list(spec.submodule_search_locations or []) if spec else []
+def find_nvml_header(roots: Iterable[str | Path] | None = None) -> Path:
+    """nvml.h from the PyPI package nvidia-nvml-dev (namespace package ``nvidia``).
+
+    ``roots`` replaces the ``nvidia`` package's directories as the places to look.
+    """
+    if roots is None:
+        spec = importlib.util.find_spec("nvidia")
+        roots = list(spec.submodule_search_locations or []) if spec else []
     for root in roots:
         for sub in ("cu13", "cu12", ""):
             header = Path(root, sub, "include", "nvml.h")
