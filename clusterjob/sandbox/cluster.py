@@ -1,0 +1,587 @@
+"""Bring the local sandbox cluster up, take it down, say how it is.
+
+Everything lives under one state directory: configs, our own munged (own key and socket),
+our own MariaDB (own data dir, socket and port), slurmdbd, slurmctld and one slurmd per node,
+the stand-in NVML library and one scenario per node. Daemons run in the foreground mode,
+detached, with pid files written by us, so ``down`` stops exactly what ``up`` started.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clusterjob.errors import ClusterjobError, UsageError
+from clusterjob.sandbox import config, host
+from clusterjob.sandbox.config import SANDBOX_NODES, Layout, Ports
+
+PORT_RANGE = range(46800, 46900, 20)
+MUNGE_USER = "munge"
+MYSQL_USER = "mysql"
+
+Say = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def resolve_state_dir(option: Path | None = None) -> Path:
+    """--state-dir, else $CLUSTERJOB_SANDBOX_DIR, else the default."""
+    if option is not None:
+        return option.absolute()
+    env = os.environ.get("CLUSTERJOB_SANDBOX_DIR")
+    return Path(env).absolute() if env else config.DEFAULT_STATE_DIR
+
+
+def daemon_names() -> list[str]:
+    """Every daemon of a sandbox, in start order (``down`` stops them in reverse)."""
+    slurmds = [f"slurmd-{n.name}" for n in SANDBOX_NODES]
+    return ["munged", "mariadb", "slurmdbd", "slurmctld", *slurmds]
+
+
+def client_env(state_dir: Path) -> dict[str, str]:
+    """What a client needs to reach the sandbox: SLURM_CONF."""
+    return {"SLURM_CONF": str(Layout(state_dir).slurm_conf)}
+
+
+def _slurm_env(layout: Layout) -> dict[str, str]:
+    return dict(os.environ, SLURM_CONF=str(layout.slurm_conf))
+
+
+@dataclass
+class DaemonStatus:
+    name: str
+    pid: int | None
+    alive: bool
+    log: Path | None
+
+
+@dataclass
+class SandboxStatus:
+    state_dir: Path
+    daemons: list[DaemonStatus]
+    nodes: list[tuple[str, str, str]] = field(default_factory=list)  # (node, state, reason)
+    controller: str = ""
+
+    @property
+    def up(self) -> bool:
+        return (
+            all(d.alive for d in self.daemons)
+            and bool(self.nodes)
+            and all(_node_ready(state) for _, state, _ in self.nodes)
+        )
+
+    @property
+    def stopped(self) -> bool:
+        return not any(d.alive for d in self.daemons)
+
+
+@dataclass
+class UpResult:
+    state_dir: Path
+    already_up: bool
+    seconds: float
+    status: SandboxStatus
+    installed: list[str] = field(default_factory=list)
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+def _node_ready(state: str) -> bool:
+    """A node that answers slurmctld (drained nodes answer too; down/unknown ones do not)."""
+    s = state.lower()
+    return not (s.endswith("*") or s.startswith(("down", "unk", "not_responding", "future")))
+
+
+def _sinfo_nodes(layout: Layout) -> list[tuple[str, str, str]]:
+    proc = host.run(
+        ["sinfo", "-h", "-N", "-o", "%N|%T|%E"], env=_slurm_env(layout), timeout=15, check=False
+    )
+    if proc.returncode != 0:
+        return []
+    rows = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) == 3:
+            rows[parts[0]] = (parts[0], parts[1], parts[2] if parts[2] != "none" else "")
+    return list(rows.values())
+
+
+def status(state_dir: Path) -> SandboxStatus:
+    """Which of our daemons run, and what slurmctld says about the nodes."""
+    layout = Layout(state_dir)
+    daemons = []
+    for name in daemon_names():
+        rec = host.read_pid(layout.pid_dir, name)
+        daemons.append(
+            DaemonStatus(
+                name, rec.pid if rec else None, bool(rec and rec.alive()), rec.log if rec else None
+            )
+        )
+    result = SandboxStatus(state_dir, daemons)
+    ctld = next(d for d in daemons if d.name == "slurmctld")
+    if ctld.alive and layout.slurm_conf.exists():
+        ping = host.run(["scontrol", "ping"], env=_slurm_env(layout), timeout=15, check=False)
+        result.controller = ping.stdout.strip()
+        result.nodes = _sinfo_nodes(layout)
+    return result
+
+
+# --- up --------------------------------------------------------------------------------------
+
+
+def up(state_dir: Path, *, hooks: bool = True, timeout: float = 120, say: Say = _quiet) -> UpResult:
+    """Start whatever of the sandbox is not running; a no-op when all of it is."""
+    started = time.monotonic()
+    if os.geteuid() != 0:
+        raise UsageError("sandbox up must run as root (it starts munged, MariaDB, Slurm daemons)")
+    _check_state_dir(state_dir)
+    layout = Layout(state_dir)
+    if layout.pid_dir.is_dir():
+        current = status(state_dir)
+        if current.up:
+            return UpResult(state_dir, True, time.monotonic() - started, current)
+
+    installed = host.missing_packages()
+    if installed:
+        say(f"installing {' '.join(installed)} (apt-get)")
+        host.install_packages(installed)
+
+    _make_dirs(layout)
+    ports = _choose_ports(layout)
+    _write_files(layout, ports, hooks=hooks)
+    _make_devices(layout)
+    _write_standin(layout)
+    host.add_hosts_entry([n.name for n in SANDBOX_NODES], _hosts_marker(layout))
+
+    deadline = time.monotonic() + timeout
+    _ensure_munged(layout, deadline, say)
+    _ensure_mariadb(layout, ports, deadline, say)
+    _ensure_slurmdbd(layout, deadline, say)
+    _register_accounting(layout)
+    _ensure_slurmctld(layout, deadline, say)
+    _ensure_slurmds(layout, deadline, say)
+    final = status(state_dir)
+    return UpResult(state_dir, False, time.monotonic() - started, final, installed)
+
+
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
+
+
+def _check_state_dir(state_dir: Path) -> None:
+    if not _SAFE_PATH.match(str(state_dir)):
+        raise UsageError(
+            f"sandbox state dir {state_dir}: use only letters, digits and ./_+- "
+            "(the path goes unquoted into slurm.conf)"
+        )
+    # Unix socket paths are limited to 107 bytes.
+    longest = Layout(state_dir).mariadb_socket
+    if len(str(longest)) > 100:
+        raise UsageError(f"sandbox state dir {state_dir}: too long for a Unix socket path")
+
+
+def _hosts_marker(layout: Layout) -> str:
+    return f"{config.HOSTS_MARKER} {layout.state_dir}"
+
+
+def _make_dirs(layout: Layout) -> None:
+    """Root-owned and not group/world-writable: the Prolog refuses files anyone could change."""
+    s = layout.state_dir
+    for d in (
+        s,
+        layout.lib_dir,
+        layout.nvml_dir,
+        layout.dev_dir,
+        layout.hooks_dir,
+        layout.bin_dir,
+        layout.log_dir,
+        layout.pid_dir,
+        s / "run",
+        s / "slurmctld",
+        *(s / "slurmd" / n.name for n in SANDBOX_NODES),
+        *(layout.dev_dir / n.name for n in SANDBOX_NODES),
+    ):
+        d.mkdir(parents=True, exist_ok=True)
+        os.chown(d, 0, 0)
+        d.chmod(0o755)
+    # Daemons that drop privileges own their own folders.
+    for d, user, mode in (
+        (layout.munge_dir, MUNGE_USER, 0o755),
+        (layout.mariadb_dir, MYSQL_USER, 0o700),
+        (layout.mariadb_socket.parent, MYSQL_USER, 0o755),
+    ):
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.chown(d, user, user)
+        d.chmod(mode)
+
+
+def _choose_ports(layout: Layout) -> Ports:
+    """Keep the block this sandbox used before if it is still free, else the first free one."""
+    saved = layout.state_dir / "ports"
+    candidates = list(PORT_RANGE)
+    if saved.exists():
+        base = int(saved.read_text().strip())
+        candidates.insert(0, base)
+    ours_running = any(r.alive() for r in host.list_pids(layout.pid_dir))
+    for base in candidates:
+        ports = Ports.from_base(base)
+        if (ours_running and base == candidates[0] and saved.exists()) or all(
+            host.port_free(p) for p in ports.all()
+        ):
+            saved.write_text(f"{base}\n")
+            return ports
+    raise ClusterjobError(f"no free block of ports in {PORT_RANGE.start}-{PORT_RANGE.stop}")
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.chown(tmp, 0, 0)
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def _db_password(layout: Layout) -> str:
+    path = layout.state_dir / "db-password"
+    if not path.exists():
+        _write(path, secrets.token_hex(16) + "\n", 0o600)
+    return path.read_text().strip()
+
+
+def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
+    _write(layout.slurm_conf, config.slurm_conf(layout, ports, hooks=hooks), 0o644)
+    _write(layout.gres_conf, _gres_conf(layout), 0o644)
+    _write(layout.slurmdbd_conf, config.slurmdbd_conf(layout, ports, _db_password(layout)), 0o600)
+    _write(layout.site_yaml, config.site_yaml(layout), 0o644)
+    _write(layout.hooks_dir / "prolog", config.prolog_script(layout), 0o755)
+    _write(layout.hooks_dir / "task-prolog", config.task_prolog_script(layout), 0o755)
+    _write(layout.bin_dir / "clusterjob", config.node_command_script(layout), 0o755)
+    key = layout.munge_dir / "munge.key"
+    if not key.exists():
+        _write(key, "", 0o600)
+        key.write_bytes(secrets.token_bytes(128))
+    shutil.chown(key, MUNGE_USER, MUNGE_USER)
+    key.chmod(0o600)
+
+
+def _gres_conf(layout: Layout) -> str:
+    return config.gres_conf(layout)
+
+
+def _make_devices(layout: Layout) -> None:
+    """gres.conf File= must name character devices: mknod them (the null device's numbers)."""
+    for node in SANDBOX_NODES:
+        for i in range(len(node.mapped)):
+            dev = layout.device(node.name, i)
+            if dev.exists() and stat.S_ISCHR(dev.stat().st_mode):
+                continue
+            dev.unlink(missing_ok=True)
+            os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+
+
+def _write_standin(layout: Layout) -> None:
+    """The stand-in libnvidia-ml.so.1 and, per node, the GPUs NVML will report there."""
+    from clusterjob.sandbox import standin
+
+    standin.build_standin_library(layout.lib_dir)
+    makers = {"A100": standin.a100, "V100": standin.v100, "H100": standin.h100}
+    for node in SANDBOX_NODES:
+        gpus = [makers[g.model](g.bus_id, i, node=node.name) for i, g in enumerate(node.physical)]
+        for gpu in gpus:  # the model table and the stand-in must name GPUs alike
+            assert any(m.nvml_name == gpu.name for m in config.MODELS.values()), gpu.name
+        path = standin.write_scenario(layout.scenario(node.name), standin.StandinScenario(gpus))
+        os.chown(path, 0, 0)
+        path.chmod(0o644)
+
+
+# --- daemons ---------------------------------------------------------------------------------
+
+
+Probe = Callable[[], "str | None"]  # None: ready; else why not yet
+
+
+def _wait(what: str, record: host.PidRecord, deadline: float, probe: Probe) -> None:
+    """Probe until ready or the deadline; fail at once, with the log, if the daemon died."""
+    why = "not probed"
+    while True:
+        if not record.alive():
+            raise ClusterjobError(
+                f"{record.name} exited while starting: {host.last_error_line(record.log)} "
+                f"(log: {record.log})"
+            )
+        result = probe()
+        if result is None:
+            return
+        why = result
+        if time.monotonic() > deadline:
+            raise ClusterjobError(f"{record.name} not {what} in time: {why} (log: {record.log})")
+        time.sleep(0.2)
+
+
+def _probe(cmd: list[str], env: dict[str, str] | None = None, expect: str = "") -> Probe:
+    """A probe that runs ``cmd``: ready when it succeeds (and prints ``expect``)."""
+
+    def probe() -> str | None:
+        proc = host.run(cmd, env=env, check=False, timeout=15)
+        if proc.returncode == 0 and expect in proc.stdout:
+            return None
+        lines = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()
+        return f"{cmd[0]}: {lines[-1]}"
+
+    return probe
+
+
+def _running(layout: Layout, name: str) -> host.PidRecord | None:
+    rec = host.read_pid(layout.pid_dir, name)
+    if rec is not None and rec.alive():
+        return rec
+    (layout.pid_dir / f"{name}.pid").unlink(missing_ok=True)
+    return None
+
+
+def _log(layout: Layout, name: str) -> Path:
+    return layout.log_dir / f"{name}.log"
+
+
+def _ensure_munged(layout: Layout, deadline: float, say: Say) -> None:
+    if _running(layout, "munged"):
+        return
+    say("starting munged")
+    layout.munge_socket.unlink(missing_ok=True)
+    d = layout.munge_dir
+    rec = host.spawn(
+        "munged",
+        [
+            host.which("munged"),
+            "--foreground",
+            f"--socket={layout.munge_socket}",
+            f"--key-file={d / 'munge.key'}",
+            f"--pid-file={d / 'munged.pid'}",
+            f"--seed-file={d / 'munged.seed'}",
+            f"--log-file={d / 'munged.log'}",
+        ],
+        pid_dir=layout.pid_dir,
+        log=_log(layout, "munged"),
+        user=MUNGE_USER,
+    )
+    _wait("answering", rec, deadline, _probe(["munge", "-n", "-S", str(layout.munge_socket)]))
+
+
+def _mariadb_client(layout: Layout, sql: str) -> list[str]:
+    """The mariadb client on our server's socket, as root (unix_socket authentication)."""
+    return [
+        "mariadb",
+        "--no-defaults",
+        f"--socket={layout.mariadb_socket}",
+        "-u",
+        "root",
+        "-N",
+        "-e",
+        sql,
+    ]
+
+
+def _ensure_mariadb(layout: Layout, ports: Ports, deadline: float, say: Say) -> None:
+    if not _running(layout, "mariadb"):
+        data = layout.mariadb_dir
+        if not (data / "mysql").is_dir():
+            say("creating the MariaDB data directory")
+            host.run(
+                [
+                    host.which("mariadb-install-db"),
+                    "--no-defaults",
+                    f"--user={MYSQL_USER}",
+                    f"--datadir={data}",
+                    "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                    "--skip-name-resolve",
+                ],
+                timeout=120,
+            )
+        say("starting mariadb")
+        rec = host.spawn(
+            "mariadb",
+            [
+                host.which("mariadbd"),
+                "--no-defaults",
+                f"--user={MYSQL_USER}",
+                f"--datadir={data}",
+                f"--socket={layout.mariadb_socket}",
+                f"--port={ports.mariadb}",
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--skip-log-bin",
+                f"--pid-file={layout.mariadb_socket.parent / 'mysqld.pid'}",
+                "--innodb-buffer-pool-size=256M",
+                "--innodb-lock-wait-timeout=900",
+                "--innodb-use-native-aio=0",
+            ],
+            pid_dir=layout.pid_dir,
+            log=_log(layout, "mariadb"),
+        )
+        _wait("accepting connections", rec, deadline, _probe(_mariadb_client(layout, "SELECT 1")))
+    pw = _db_password(layout)
+    sql = (
+        "CREATE DATABASE IF NOT EXISTS slurm_acct_db; "
+        f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{pw}'; "
+        f"ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{pw}'; "
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+    )
+    host.run(_mariadb_client(layout, sql), timeout=30)
+
+
+def _ensure_slurmdbd(layout: Layout, deadline: float, say: Say) -> None:
+    if _running(layout, "slurmdbd"):
+        return
+    say("starting slurmdbd")
+    env = _slurm_env(layout)
+    rec = host.spawn(
+        "slurmdbd",
+        [host.which("slurmdbd"), "-D"],
+        pid_dir=layout.pid_dir,
+        log=_log(layout, "slurmdbd"),
+        env=env,
+    )
+    _wait(
+        "answering",
+        rec,
+        deadline,
+        _probe(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], env),
+    )
+
+
+def _sacctmgr(layout: Layout, *args: str) -> str:
+    return host.run(
+        ["sacctmgr", "-i", "-n", "-P", *args], env=_slurm_env(layout), timeout=30
+    ).stdout.strip()
+
+
+def _register_accounting(layout: Layout) -> None:
+    """The cluster, an account and root's association, so jobs run under accounting."""
+    name, account = config.CLUSTER_NAME, config.ACCOUNT
+    if name not in _sacctmgr(layout, "list", "cluster", "format=cluster").split():
+        _sacctmgr(layout, "add", "cluster", name)
+    if account not in _sacctmgr(layout, "list", "account", account, "format=account").split():
+        _sacctmgr(
+            layout,
+            "add",
+            "account",
+            account,
+            f"cluster={name}",
+            "description=clusterjob sandbox",
+            "organization=clusterjob",
+        )
+    if not _sacctmgr(
+        layout, "list", "assoc", "user=root", f"account={account}", f"cluster={name}", "format=user"
+    ):
+        _sacctmgr(
+            layout,
+            "add",
+            "user",
+            "root",
+            f"account={account}",
+            f"cluster={name}",
+            f"defaultaccount={account}",
+        )
+
+
+def _ensure_slurmctld(layout: Layout, deadline: float, say: Say) -> None:
+    if _running(layout, "slurmctld"):
+        return
+    say("starting slurmctld")
+    env = _slurm_env(layout)
+    rec = host.spawn(
+        "slurmctld",
+        [host.which("slurmctld"), "-D", "-f", str(layout.slurm_conf)],
+        pid_dir=layout.pid_dir,
+        log=_log(layout, "slurmctld"),
+        env=env,
+    )
+    _wait("answering", rec, deadline, _probe(["scontrol", "ping"], env, expect="is UP"))
+
+
+def _ensure_slurmds(layout: Layout, deadline: float, say: Say) -> None:
+    env = _slurm_env(layout)
+    records = []
+    for node in SANDBOX_NODES:
+        name = f"slurmd-{node.name}"
+        rec = _running(layout, name)
+        if rec is None:
+            say(f"starting slurmd for {node.name}")
+            rec = host.spawn(
+                name,
+                [host.which("slurmd"), "-D", "-f", str(layout.slurm_conf), "-N", node.name],
+                pid_dir=layout.pid_dir,
+                log=_log(layout, name),
+                env=env,
+            )
+        records.append((node.name, rec))
+
+    for node_name, rec in records:
+
+        def ready(n: str = node_name) -> str | None:
+            states = {row[0]: row[1] for row in _sinfo_nodes(layout)}
+            return None if _node_ready(states.get(n, "unknown")) else f"state {states.get(n)}"
+
+        _wait("registered with slurmctld", rec, deadline, ready)
+
+
+# --- down ------------------------------------------------------------------------------------
+
+
+def down(
+    state_dir: Path, *, timeout: float = 20, purge: bool = False, say: Say = _quiet
+) -> list[str]:
+    """Cancel the sandbox's jobs, stop the daemons we started (by our pid files), drop the
+    /etc/hosts line. ``purge`` also deletes the state directory. Returns what was stopped."""
+    if os.geteuid() != 0:
+        raise UsageError("sandbox down must run as root")
+    layout = Layout(state_dir)
+    stopped: list[str] = []
+    ctld = _running(layout, "slurmctld")
+    if ctld is not None:
+        _cancel_jobs(layout)
+    for name in reversed(daemon_names()):
+        rec = host.read_pid(layout.pid_dir, name)
+        if rec is None:
+            continue
+        if rec.alive():
+            say(f"stopping {name} (pid {rec.pid})")
+            stopped.append(name)
+        host.stop(rec, layout.pid_dir, timeout=timeout)
+    host.remove_hosts_entry(_hosts_marker(layout))
+    if purge and state_dir.is_dir():
+        conf = layout.slurm_conf
+        if not (conf.exists() and "clusterjob sandbox" in conf.read_text()):
+            raise UsageError(f"{state_dir} does not look like a sandbox state dir; not deleting it")
+        shutil.rmtree(state_dir)
+    return stopped
+
+
+def _cancel_jobs(layout: Layout) -> None:
+    """Jobs would outlive slurmd in their slurmstepd; end them first."""
+    env = _slurm_env(layout)
+    jobs = host.run(["squeue", "-h", "-o", "%A"], env=env, check=False, timeout=15).stdout.split()
+    if not jobs:
+        return
+    host.run(["scancel", *jobs], env=env, check=False, timeout=15)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        left = host.run(
+            ["squeue", "-h", "-t", "running,completing", "-o", "%A"],
+            env=env,
+            check=False,
+            timeout=15,
+        ).stdout.split()
+        if not left:
+            return
+        time.sleep(0.5)

@@ -1,0 +1,392 @@
+"""What the sandbox cluster looks like, and the config files that say so.
+
+One table (``SANDBOX_NODES``) is the source of the site YAML, of ``slurm.conf``'s node lines
+and of ``gres.conf``, so the three cannot disagree. The stand-in GPUs a node "physically"
+has (what NVML will report) are listed separately from what the site's node map says, so a
+node can be deliberately wrong: ``gpu3`` has its V100s at the first bus IDs while the map
+puts A100s there. Pure functions only: nothing here touches the machine.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+CLUSTER_NAME = "sandbox"
+ACCOUNT = "sandbox"
+DEFAULT_STATE_DIR = Path("/var/lib/clusterjob-sandbox")
+HOSTS_MARKER = "# clusterjob-sandbox"
+
+
+@dataclass(frozen=True)
+class SandboxModel:
+    """A GPU model of the sandbox site, with what the stand-in NVML calls it."""
+
+    name: str
+    aliases: tuple[str, ...]
+    gres_type: str
+    nvml_name: str
+    memory_gb: int
+
+
+MODELS: dict[str, SandboxModel] = {
+    m.name: m
+    for m in (
+        SandboxModel(
+            "A100", ("a100", "A100-80GB", "a100-sxm4-80gb"), "a100", "NVIDIA A100-SXM4-80GB", 80
+        ),
+        SandboxModel(
+            "V100", ("v100", "V100-32GB", "tesla-v100"), "v100", "Tesla V100-SXM2-32GB", 32
+        ),
+        SandboxModel(
+            "H100", ("h100", "H100-80GB", "h100-sxm5-80gb"), "h100", "NVIDIA H100 80GB HBM3", 80
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class SandboxGpu:
+    model: str  # key of MODELS
+    bus_id: str  # sysfs form, 0000:07:00.0
+
+
+@dataclass(frozen=True)
+class SandboxNode:
+    """A node: its partition, its GPUs as the site's node map says, and as NVML will show them."""
+
+    name: str
+    partition: str
+    mapped: tuple[SandboxGpu, ...]  # node map order == Slurm GRES index order
+    physical: tuple[SandboxGpu, ...]  # stand-in NVML order (PCI bus order)
+    cpus: int = 16
+    memory_mb: int = 64000
+
+
+def _gpus(*pairs: tuple[str, str]) -> tuple[SandboxGpu, ...]:
+    return tuple(SandboxGpu(model, f"0000:{bus}:00.0") for model, bus in pairs)
+
+
+_MIXED = _gpus(("A100", "07"), ("A100", "0b"), ("V100", "48"), ("V100", "4c"))
+# gpu3's V100s sit at the first bus IDs: NVML order differs from the node map (and gres.conf).
+_MIXED_SWAPPED = _gpus(("V100", "07"), ("V100", "0b"), ("A100", "48"), ("A100", "4c"))
+_H100X8 = _gpus(*(("H100", b) for b in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")))
+
+SANDBOX_NODES: tuple[SandboxNode, ...] = (
+    SandboxNode("gpu1", "gpu", _MIXED, _MIXED),
+    SandboxNode("gpu2", "gpu", _MIXED, _MIXED),
+    SandboxNode("gpu3", "suspect", _MIXED, _MIXED_SWAPPED),
+    SandboxNode("h1", "h100", _H100X8, _H100X8),
+)
+
+# Partition -> (hostlist, default?). Ordinary jobs go to `gpu`; `suspect` only when asked.
+PARTITIONS: dict[str, tuple[str, bool]] = {
+    "gpu": ("gpu[1-2]", True),
+    "suspect": ("gpu3", False),
+    "h100": ("h1", False),
+}
+
+
+@dataclass(frozen=True)
+class Ports:
+    """TCP ports of one sandbox; a block nothing else on the machine uses."""
+
+    slurmctld: int
+    slurmdbd: int
+    mariadb: int
+    slurmd: dict[str, int]
+
+    @classmethod
+    def from_base(cls, base: int) -> Ports:
+        return cls(
+            base, base + 1, base + 2, {n.name: base + 10 + i for i, n in enumerate(SANDBOX_NODES)}
+        )
+
+    def all(self) -> list[int]:
+        return [self.slurmctld, self.slurmdbd, self.mariadb, *self.slurmd.values()]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where every file of one sandbox lives: all of it under one state directory."""
+
+    state_dir: Path
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.state_dir / "slurm.conf"
+
+    @property
+    def slurmdbd_conf(self) -> Path:  # slurmdbd looks next to SLURM_CONF
+        return self.state_dir / "slurmdbd.conf"
+
+    @property
+    def gres_conf(self) -> Path:
+        return self.state_dir / "gres.conf"
+
+    @property
+    def site_yaml(self) -> Path:
+        return self.state_dir / "site.yaml"
+
+    @property
+    def munge_dir(self) -> Path:
+        return self.state_dir / "munge"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge_dir / "munge.socket"
+
+    @property
+    def mariadb_dir(self) -> Path:
+        return self.state_dir / "mariadb"
+
+    @property
+    def mariadb_socket(self) -> Path:
+        return self.state_dir / "mariadb-run" / "mysqld.sock"
+
+    @property
+    def lib_dir(self) -> Path:  # the stand-in libnvidia-ml.so.1
+        return self.state_dir / "lib"
+
+    @property
+    def nvml_dir(self) -> Path:  # one stand-in scenario per node
+        return self.state_dir / "nvml"
+
+    @property
+    def dev_dir(self) -> Path:  # one folder of device nodes per Slurm node
+        return self.state_dir / "dev"
+
+    @property
+    def hooks_dir(self) -> Path:
+        return self.state_dir / "hooks"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.state_dir / "bin"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "log"
+
+    @property
+    def pid_dir(self) -> Path:  # our own pid files, one per daemon we started
+        return self.state_dir / "pids"
+
+    @property
+    def prolog_log(self) -> Path:
+        return self.log_dir / "prolog.jsonl"
+
+    def scenario(self, node: str) -> Path:
+        return self.nvml_dir / f"{node}.scenario"
+
+    def device(self, node: str, index: int) -> Path:
+        return self.dev_dir / node / f"nvidia{index}"
+
+
+def node_gres(node: SandboxNode) -> str:
+    """``Gres=`` value of a node line: typed GPU counts in node-map order."""
+    counts = Counter(MODELS[g.model].gres_type for g in node.mapped)
+    return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
+
+
+def gres_conf(layout: Layout, nodes: tuple[SandboxNode, ...] = SANDBOX_NODES) -> str:
+    """One line per GPU, in node-map order, so GRES index i is node-map slot i."""
+    lines = ["# Written by `clusterjob sandbox up`; regenerated on every start."]
+    for node in nodes:
+        for i, gpu in enumerate(node.mapped):
+            gtype = MODELS[gpu.model].gres_type
+            lines.append(
+                f"NodeName={node.name} Name=gpu Type={gtype} File={layout.device(node.name, i)}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def slurm_conf(layout: Layout, ports: Ports, *, hooks: bool = True) -> str:
+    """slurm.conf: accounting through our slurmdbd, munge on our socket, one line per node."""
+    s = layout.state_dir
+    lines = [
+        "# Written by `clusterjob sandbox up`; regenerated on every start.",
+        f"ClusterName={CLUSTER_NAME}",
+        "SlurmctldHost=localhost",
+        f"SlurmctldPort={ports.slurmctld}",
+        f"AuthInfo=socket={layout.munge_socket}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={s}/slurmctld",
+        f"SlurmdSpoolDir={s}/slurmd/%n",
+        f"SlurmctldPidFile={s}/run/slurmctld.pid",
+        f"SlurmdPidFile={s}/run/slurmd-%n.pid",
+        # No cgroups: processes are tracked through /proc, tasks are not confined.
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory",
+        "SlurmdParameters=config_overrides",
+        "GresTypes=gpu",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "MinJobAge=3600",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "SlurmdTimeout=120",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=localhost",
+        f"AccountingStoragePort={ports.slurmdbd}",
+        # For the slurmdbd storage type this names the munge socket clients authenticate with.
+        f"AccountingStoragePass={layout.munge_socket}",
+        "AccountingStorageTRES=gres/gpu,"
+        + ",".join(f"gres/gpu:{m.gres_type}" for m in MODELS.values()),
+        "PrologFlags=Alloc",
+    ]
+    if hooks:
+        lines += [
+            f"Prolog={layout.hooks_dir / 'prolog'}",
+            f"TaskProlog={layout.hooks_dir / 'task-prolog'}",
+        ]
+    for node in SANDBOX_NODES:
+        lines.append(
+            f"NodeName={node.name} NodeAddr=127.0.0.1 NodeHostname=localhost"
+            f" Port={ports.slurmd[node.name]} CPUs={node.cpus} RealMemory={node.memory_mb}"
+            f" Gres={node_gres(node)} State=UNKNOWN"
+        )
+    for name, (hostlist, default) in PARTITIONS.items():
+        lines.append(
+            f"PartitionName={name} Nodes={hostlist} Default={'YES' if default else 'NO'}"
+            " MaxTime=2-00:00:00 State=UP"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def slurmdbd_conf(layout: Layout, ports: Ports, db_password: str) -> str:
+    """slurmdbd.conf (mode 600): our MariaDB over TCP on 127.0.0.1, a user of its own."""
+    return "\n".join(
+        [
+            "# Written by `clusterjob sandbox up`; regenerated on every start.",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={layout.munge_socket}",
+            "DbdHost=localhost",
+            f"DbdPort={ports.slurmdbd}",
+            "SlurmUser=root",
+            f"PidFile={layout.state_dir}/run/slurmdbd.pid",
+            "StorageType=accounting_storage/mysql",
+            "StorageHost=127.0.0.1",
+            f"StoragePort={ports.mariadb}",
+            "StorageUser=slurm",
+            f"StoragePass={db_password}",
+            "StorageLoc=slurm_acct_db",
+            "",
+        ]
+    )
+
+
+def _yaml_str(text: str) -> str:
+    """A double-quoted YAML scalar (JSON string syntax is valid YAML)."""
+    import json
+
+    return json.dumps(text)
+
+
+def site_yaml(layout: Layout) -> str:
+    """The sandbox's site config, in the schema every site uses."""
+    out = [
+        "# The site of the local sandbox cluster; written by `clusterjob sandbox up`.",
+        f"site: {CLUSTER_NAME}",
+        f"cluster_name: {CLUSTER_NAME}",
+        f"node_command: {_yaml_str(str(layout.bin_dir / 'clusterjob'))}",
+        "gpu_request:",
+        "  syntax: gres",
+        "  type_required: true",
+        "models:",
+    ]
+    for m in MODELS.values():
+        out += [
+            f"  {m.name}:",
+            f"    aliases: [{', '.join(_yaml_str(a) for a in m.aliases)}]",
+            f"    gres_type: {m.gres_type}",
+            f"    nvml_names: [{_yaml_str(m.nvml_name)}]",
+            f"    memory_gb: {m.memory_gb}",
+        ]
+    out.append("partitions:")
+    for name, (hostlist, default) in PARTITIONS.items():
+        out += [
+            f"  {name}:",
+            f"    nodes: {_yaml_str(hostlist)}",
+            '    time_limit: "1-00:00:00"',
+            f"    default: {'true' if default else 'false'}",
+            f"    defaults: {{account: {ACCOUNT}, cpus_per_gpu: 1, mem_per_gpu: 1G}}",
+        ]
+    out.append("node_map:")
+    for node in SANDBOX_NODES:
+        out += [f"  - nodes: {node.name}", "    gpus:"]
+        out += [f'      - {{model: {g.model}, bus_id: "{g.bus_id}"}}' for g in node.mapped]
+    out += [
+        "prolog:",
+        "  on_error: drain",
+        "  deadline_seconds: 20",
+        f"  log: {_yaml_str(str(layout.prolog_log))}",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _hook_env(layout: Layout) -> list[str]:
+    pkg_parent = Path(__file__).resolve().parent.parent.parent
+    return [
+        f'LD_LIBRARY_PATH="{layout.lib_dir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"',
+        f'FAKE_NVML_SCENARIO="{layout.nvml_dir}/${{SLURMD_NODENAME}}.scenario"',
+        f"SLURM_CONF={shlex.quote(str(layout.slurm_conf))}",
+        # The clusterjob that brought the sandbox up, whether installed or a source checkout.
+        f'PYTHONPATH="{pkg_parent}${{PYTHONPATH:+:$PYTHONPATH}}"',
+    ]
+
+
+def prolog_script(layout: Layout) -> str:
+    """Slurm's Prolog= takes a path without arguments: this wrapper supplies them."""
+    env = _hook_env(layout)
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            "# Written by `clusterjob sandbox up`: the node Prolog, on the stand-in GPUs.",
+            *(f"export {e}" for e in env),
+            f"exec {shlex.quote(sys.executable)} -m clusterjob prolog"
+            f" --site {shlex.quote(str(layout.site_yaml))}",
+            "",
+        ]
+    )
+
+
+def task_prolog_script(layout: Layout) -> str:
+    """TaskProlog: its `export` lines reach the job's tasks, so they see the stand-in GPUs too."""
+    env = _hook_env(layout)
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            "# Written by `clusterjob sandbox up`: the TaskProlog, on the stand-in GPUs.",
+            *(f"export {e}" for e in env),
+            'echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"',
+            'echo "export FAKE_NVML_SCENARIO=$FAKE_NVML_SCENARIO"',
+            f"exec {shlex.quote(sys.executable)} -m clusterjob task-prolog"
+            f" --site {shlex.quote(str(layout.site_yaml))}",
+            "",
+        ]
+    )
+
+
+def node_command_script(layout: Layout) -> str:
+    """What job scripts call as `node_command`: this clusterjob, on the stand-in GPUs."""
+    env = _hook_env(layout)
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            "# Written by `clusterjob sandbox up`: the node_command of sandbox job scripts.",
+            *(f"export {e}" for e in env),
+            f'exec {shlex.quote(sys.executable)} -m clusterjob "$@"',
+            "",
+        ]
+    )
