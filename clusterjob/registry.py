@@ -1,0 +1,302 @@
+"""The local job registry: what clusterjob submitted, from where, with which script.
+
+One SQLite file in the user's data dir (``$CLUSTERJOB_DATA_DIR`` or
+``$XDG_DATA_HOME/clusterjob``). WAL mode and a generous busy timeout let many submissions
+write at once (a sweep launched from a shell loop) without "database is locked". A file
+that is not a readable registry raises ``RegistryError`` saying how to move it aside;
+``repair()`` does exactly that.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+
+from clusterjob.errors import RegistryError, UsageError
+
+REGISTRY_FILE = "jobs.sqlite"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 60_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    cluster TEXT NOT NULL DEFAULT '',
+    site TEXT NOT NULL DEFAULT '',
+    token TEXT NOT NULL UNIQUE,
+    job_name TEXT NOT NULL DEFAULT '',
+    script TEXT NOT NULL,
+    script_path TEXT NOT NULL DEFAULT '',
+    command_line TEXT NOT NULL DEFAULT '',
+    work_dir TEXT NOT NULL DEFAULT '',
+    git_commit TEXT,
+    submitted_at REAL NOT NULL,
+    resubmit_of TEXT,
+    state TEXT NOT NULL DEFAULT 'SUBMITTED',
+    reason TEXT,
+    exit_code INTEGER,
+    nodes TEXT,
+    stdout_path TEXT,
+    stderr_path TEXT,
+    state_checked_at REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id, cluster);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+"""
+
+
+def data_dir() -> Path:
+    """Where clusterjob keeps its registry, job scripts and status cache."""
+    override = os.environ.get("CLUSTERJOB_DATA_DIR")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "clusterjob"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One submission as the registry remembers it (state fields are a cache of Slurm's)."""
+
+    job_id: str
+    cluster: str
+    site: str
+    token: str
+    job_name: str
+    script: str
+    script_path: str
+    command_line: str
+    work_dir: str
+    git_commit: str | None
+    submitted_at: float
+    resubmit_of: str | None = None
+    state: str = "SUBMITTED"
+    reason: str | None = None
+    exit_code: int | None = None
+    nodes: str | None = None
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+    state_checked_at: float | None = None
+
+    @property
+    def submitted(self) -> datetime:
+        return datetime.fromtimestamp(self.submitted_at)
+
+
+_COLUMNS = tuple(f.name for f in fields(JobRecord))
+
+
+@dataclass(frozen=True)
+class StateUpdate:
+    """What a status query learned about one job."""
+
+    job_id: str
+    cluster: str
+    state: str
+    reason: str | None = None
+    exit_code: int | None = None
+    nodes: str | None = None
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+
+
+class Registry:
+    """The job registry at ``path`` (default: ``data_dir()/jobs.sqlite``)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or data_dir() / REGISTRY_FILE
+        self._ready = False
+
+    # --- connection -----------------------------------------------------------------------
+
+    def _corrupt(self, exc: BaseException) -> RegistryError:
+        error = RegistryError(
+            f"job registry {self.path} is unreadable ({exc}); move it aside and start a new "
+            f"one with `clusterjob status --repair` (it is kept as "
+            f"{self.path.name}.corrupt-<time>; submitted jobs keep running)"
+        )
+        error.corrupt = True  # type: ignore[attr-defined]  # repair() moves only these aside
+        return error
+
+    @contextmanager
+    def _connect(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RegistryError(f"cannot create {self.path.parent}: {exc.strerror}") from None
+        conn = None
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if not self._ready:
+                self._prepare(conn)
+            if write:
+                conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            if write:
+                conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            if conn is not None and conn.in_transaction:
+                conn.rollback()
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise RegistryError(
+                    f"job registry {self.path} stayed locked for {BUSY_TIMEOUT_MS // 1000}s "
+                    "by another clusterjob; try again"
+                ) from None
+            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+                raise RegistryError(f"cannot open job registry {self.path}: {exc}") from None
+            raise self._corrupt(exc) from None
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """WAL mode and the schema. Switching to WAL takes a lock the busy handler does not
+        always wait for, so that one statement is retried by hand."""
+        for attempt in range(200):
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 199:
+                    raise
+                time.sleep(0.05)
+        if str(mode).lower() != "wal":  # e.g. a filesystem without shared memory
+            conn.execute("PRAGMA journal_mode = DELETE")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in filter(str.strip, _SCHEMA.split(";")):
+            conn.execute(statement)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version > SCHEMA_VERSION:
+            conn.execute("ROLLBACK")
+            raise RegistryError(
+                f"job registry {self.path} was written by a newer clusterjob "
+                f"(schema {version} > {SCHEMA_VERSION}); upgrade clusterjob"
+            )
+        conn.execute("COMMIT")
+        self._ready = True
+
+    def check(self) -> None:
+        """Open the registry (creating it) so a corrupt file is reported before submitting."""
+        with self._connect(write=False) as conn:
+            conn.execute("SELECT count(*) FROM jobs").fetchone()
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def add(self, record: JobRecord) -> None:
+        values = [getattr(record, c) for c in _COLUMNS]
+        placeholders = ", ".join("?" for _ in _COLUMNS)
+        with self._connect(write=True) as conn:
+            conn.execute(
+                f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
+            )
+
+    def update_states(self, updates: Sequence[StateUpdate], *, checked_at: float) -> None:
+        if not updates:
+            return
+        with self._connect(write=True) as conn:
+            conn.executemany(
+                "UPDATE jobs SET state = ?, reason = ?, exit_code = COALESCE(?, exit_code), "
+                "nodes = COALESCE(?, nodes), stdout_path = COALESCE(?, stdout_path), "
+                "stderr_path = COALESCE(?, stderr_path), state_checked_at = ? "
+                "WHERE job_id = ? AND cluster = ?",
+                [
+                    (
+                        u.state,
+                        u.reason,
+                        u.exit_code,
+                        u.nodes,
+                        u.stdout_path,
+                        u.stderr_path,
+                        checked_at,
+                        u.job_id,
+                        u.cluster,
+                    )
+                    for u in updates
+                ],
+            )
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _select(self, where: str = "", params: Sequence[object] = (), tail: str = "") -> list:
+        with self._connect(write=False) as conn:
+            rows = conn.execute(
+                f"SELECT {', '.join(_COLUMNS)} FROM jobs {where} {tail}", list(params)
+            ).fetchall()
+        return [JobRecord(*row) for row in rows]
+
+    def all(self) -> list[JobRecord]:
+        """Every record, oldest first."""
+        return self._select(tail="ORDER BY seq")
+
+    def with_states(self, states: Sequence[str], *, exclude: bool = False) -> list[JobRecord]:
+        marks = ", ".join("?" for _ in states)
+        op = "NOT IN" if exclude else "IN"
+        return self._select(f"WHERE state {op} ({marks})", list(states), "ORDER BY seq")
+
+    def since(self, when: float) -> list[JobRecord]:
+        return self._select("WHERE submitted_at >= ?", [when], "ORDER BY seq")
+
+    def newest(self) -> JobRecord | None:
+        rows = self._select(tail="ORDER BY submitted_at DESC, seq DESC LIMIT 1")
+        return rows[0] if rows else None
+
+    def get(self, job_id: str, cluster: str | None = None) -> JobRecord | None:
+        """The record for ``job_id`` (``last``: the newest). Newest wins on id reuse."""
+        if job_id == "last":
+            return self.newest()
+        if cluster is None:
+            rows = self._select("WHERE job_id = ?", [job_id], "ORDER BY seq DESC LIMIT 1")
+        else:
+            rows = self._select(
+                "WHERE job_id = ? AND cluster = ?", [job_id, cluster], "ORDER BY seq DESC LIMIT 1"
+            )
+        return rows[0] if rows else None
+
+    def by_token(self, token: str) -> JobRecord | None:
+        rows = self._select("WHERE token = ?", [token])
+        return rows[0] if rows else None
+
+    def resolve_id(self, spec: str) -> str:
+        """A job id as typed: digits (or ``123_4``), or ``last`` for the newest submission."""
+        spec = spec.strip()
+        if spec == "last":
+            record = self.newest()
+            if record is None:
+                raise UsageError("`last`: clusterjob has not submitted any job yet")
+            return record.job_id
+        if not spec or not all(part.isdigit() for part in spec.split("_", 1)):
+            raise UsageError(f"not a job id: {spec!r} (expected digits such as 12345, or last)")
+        return spec
+
+
+def repair(path: Path | None = None) -> Path | None:
+    """Move an unreadable registry (and its -wal/-shm) aside; returns where it went, or None
+    when the registry is fine or absent."""
+    path = path or data_dir() / REGISTRY_FILE
+    if not path.exists():
+        return None
+    try:
+        Registry(path).check()
+        return None
+    except RegistryError as exc:
+        if not getattr(exc, "corrupt", False):
+            raise  # locked or not permitted: the file itself is fine
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    os.replace(path, target)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            os.replace(side, target.with_name(target.name + suffix))
+    return target

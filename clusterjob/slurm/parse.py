@@ -1,0 +1,466 @@
+"""Pure parsers for what Slurm 22.05 clients print. No I/O here.
+
+Each parser is tested against output recorded from a real Slurm (tests/fixtures/slurm/).
+The field lists the commands are asked for live here too, next to the parsers that read
+them, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+# ASCII unit separator: cannot appear in a job name or comment typed by a person, unlike "|".
+DELIMITER = "\x1f"
+
+# squeue --Format fields, in order. ``Field:0<sep>``: no padding, the separator as suffix.
+SQUEUE_FIELDS = (
+    ("job_id", "JobID"),
+    ("cluster", "Cluster"),
+    ("state", "State"),
+    ("reason", "Reason"),
+    ("partition", "Partition"),
+    ("nodes", "NodeList"),
+    ("elapsed", "TimeUsed"),
+    ("time_limit", "TimeLimit"),
+    ("start", "StartTime"),
+    ("submit", "SubmitTime"),
+    ("tres_per_node", "tres-per-node"),
+    ("user", "UserName"),
+    ("work_dir", "WorkDir"),
+    ("stdout", "STDOUT"),
+    ("stderr", "STDERR"),
+    ("comment", "Comment"),
+    ("name", "Name"),
+)
+
+
+def squeue_format() -> str:
+    """The ``--Format`` argument matching ``parse_squeue``."""
+    names = [f"{slurm}:0" for _, slurm in SQUEUE_FIELDS]
+    return ",".join(n + DELIMITER for n in names[:-1]) + "," + names[-1]
+
+
+# sacct --format fields (with --parsable2 --delimiter=DELIMITER --allocations).
+SACCT_FIELDS = (
+    ("job_id", "JobID"),
+    ("cluster", "Cluster"),
+    ("name", "JobName"),
+    ("state", "State"),
+    ("exit_code", "ExitCode"),
+    ("elapsed", "Elapsed"),
+    ("start", "Start"),
+    ("end", "End"),
+    ("nodes", "NodeList"),
+    ("alloc_tres", "AllocTRES"),
+    ("reason", "Reason"),
+    ("partition", "Partition"),
+    ("work_dir", "WorkDir"),
+    ("submit", "Submit"),
+)
+
+
+def sacct_format() -> str:
+    return ",".join(slurm for _, slurm in SACCT_FIELDS)
+
+
+# Job states after which a job will not change again (without a requeue by an admin).
+FINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "TIMEOUT",
+    }
+)
+
+
+def is_final(state: str) -> bool:
+    return normalise_state(state) in FINAL_STATES
+
+
+def normalise_state(state: str) -> str:
+    """``CANCELLED by 1000`` -> ``CANCELLED``; ``RUNNING+`` style suffixes dropped."""
+    return state.split(" ", 1)[0].rstrip("+").upper() if state else ""
+
+
+def parse_time(text: str) -> datetime | None:
+    """A Slurm timestamp (``2026-11-29T16:18:15``); None for Unknown/N/A/None/out of range.
+
+    ``sbatch --test-only`` prints years like 10194 when a job could never start.
+    """
+    text = text.strip()
+    if not text or text in ("Unknown", "N/A", "None", "(null)"):
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+
+
+def _null(value: str) -> str | None:
+    value = value.strip()
+    return None if value in ("", "(null)", "N/A") else value
+
+
+# --- sbatch -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmittedJobId:
+    job_id: str
+    cluster: str | None = None
+
+
+_JOB_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
+
+
+def parse_job_id(stdout: str) -> SubmittedJobId:
+    """``sbatch --parsable`` stdout: ``123`` or ``123;cluster``. Raises ValueError otherwise."""
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("sbatch printed no job id")
+    m = _JOB_ID.match(lines[-1])
+    if not m:
+        raise ValueError(f"sbatch printed {lines[-1]!r}, not a job id")
+    return SubmittedJobId(m.group(1), m.group(2))
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    """What ``sbatch --test-only`` says; ``start`` is None when Slurm's date means never."""
+
+    job_id: str
+    start_text: str
+    start: datetime | None
+    processors: int
+    nodes: str
+    partition: str
+
+
+_TEST_ONLY = re.compile(
+    r"Job (?P<job>\d+) to start at (?P<start>\S+) using (?P<procs>\d+) processors? "
+    r"on nodes (?P<nodes>\S+) in partition (?P<part>\S+)"
+)
+
+
+def parse_test_only(output: str) -> StartEstimate:
+    """``sbatch --test-only`` prints its estimate on stderr (exit 0)."""
+    m = _TEST_ONLY.search(output)
+    if not m:
+        raise ValueError(f"unexpected sbatch --test-only output: {output.strip()!r}")
+    return StartEstimate(
+        job_id=m.group("job"),
+        start_text=m.group("start"),
+        start=parse_time(m.group("start")),
+        processors=int(m.group("procs")),
+        nodes=m.group("nodes"),
+        partition=m.group("part"),
+    )
+
+
+def sbatch_error_message(stderr: str) -> str:
+    """The meaningful part of sbatch's error lines (the last ``error:`` line)."""
+    messages = [
+        line.split("error:", 1)[1].strip() for line in stderr.splitlines() if "error:" in line
+    ]
+    if not messages:
+        return stderr.strip()
+    last = messages[-1]
+    prefix = "Batch job submission failed:"
+    return last[len(prefix) :].strip() if last.startswith(prefix) else last
+
+
+# --- squeue -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """One line of ``squeue --states=all`` in ``squeue_format()``."""
+
+    job_id: str
+    cluster: str
+    state: str
+    reason: str | None
+    partition: str
+    nodes: str | None
+    elapsed: str
+    time_limit: str
+    start: datetime | None
+    submit: datetime | None
+    tres_per_node: str | None
+    user: str
+    work_dir: str | None
+    stdout: str | None  # as given to sbatch: %j, %x... not expanded by squeue
+    stderr: str | None
+    comment: str | None
+    name: str
+
+
+def parse_squeue(stdout: str) -> list[QueuedJob]:
+    jobs = []
+    width = len(SQUEUE_FIELDS)
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(DELIMITER)
+        if len(parts) < width:
+            raise ValueError(f"squeue line has {len(parts)} fields, expected {width}: {line!r}")
+        # a name containing the separator stays whole: it is the last field
+        parts = parts[: width - 1] + [DELIMITER.join(parts[width - 1 :])]
+        v = dict(zip((name for name, _ in SQUEUE_FIELDS), parts, strict=True))
+        jobs.append(
+            QueuedJob(
+                job_id=v["job_id"].strip(),
+                cluster=v["cluster"].strip(),
+                state=normalise_state(v["state"]),
+                reason=None if v["reason"] in ("None", "") else v["reason"],
+                partition=v["partition"],
+                nodes=_null(v["nodes"]),
+                elapsed=v["elapsed"],
+                time_limit=v["time_limit"],
+                start=parse_time(v["start"]),
+                submit=parse_time(v["submit"]),
+                tres_per_node=_null(v["tres_per_node"]),
+                user=v["user"],
+                work_dir=_null(v["work_dir"]),
+                stdout=_null(v["stdout"]),
+                stderr=_null(v["stderr"]),
+                comment=_null(v["comment"]),
+                name=v["name"],
+            )
+        )
+    return jobs
+
+
+# --- sacct --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccountedJob:
+    """One allocation line of ``sacct --allocations`` in ``sacct_format()``."""
+
+    job_id: str
+    cluster: str
+    name: str
+    state: str
+    exit_code: int | None
+    signal: int | None
+    elapsed: str
+    start: datetime | None
+    end: datetime | None
+    nodes: str | None
+    alloc_tres: str | None
+    reason: str | None
+    partition: str
+    work_dir: str | None
+    submit: datetime | None
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """``2:0`` -> (2, 0): exit status and the signal that ended it."""
+    code, _, sig = text.partition(":")
+    try:
+        return int(code), (int(sig) if sig else None)
+    except ValueError:
+        return None, None
+
+
+def parse_sacct(stdout: str) -> list[AccountedJob]:
+    """Allocation lines only: job steps (``123.batch``, ``123.0``) are dropped."""
+    jobs = []
+    width = len(SACCT_FIELDS)
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(DELIMITER)
+        if len(parts) != width:
+            raise ValueError(f"sacct line has {len(parts)} fields, expected {width}: {line!r}")
+        v = dict(zip((name for name, _ in SACCT_FIELDS), parts, strict=True))
+        if "." in v["job_id"]:
+            continue
+        code, sig = parse_exit_code(v["exit_code"])
+        jobs.append(
+            AccountedJob(
+                job_id=v["job_id"],
+                cluster=v["cluster"],
+                name=v["name"],
+                state=normalise_state(v["state"]),
+                exit_code=code,
+                signal=sig,
+                elapsed=v["elapsed"],
+                start=parse_time(v["start"]),
+                end=parse_time(v["end"]),
+                nodes=None if v["nodes"] in ("None assigned", "") else v["nodes"],
+                alloc_tres=_null(v["alloc_tres"]),
+                reason=None if v["reason"] in ("None", "") else v["reason"],
+                partition=v["partition"],
+                work_dir=_null(v["work_dir"]),
+                submit=parse_time(v["submit"]),
+            )
+        )
+    return jobs
+
+
+# --- scontrol -----------------------------------------------------------------------------
+
+# A key starts after whitespace and ends at "=": JobId, AllocNode:Sid, CPUs/Task, ReqB:S:C:T.
+_KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
+
+
+def parse_scontrol_record(line: str, *, rest_of_line: tuple[str, ...] = ()) -> dict[str, str]:
+    """One ``scontrol show ... -o`` record into key -> value.
+
+    Values may contain spaces (``OS=Linux 6.1 #1 SMP``, a drain Reason), so a value runs to
+    the next `` Key=``. Keys in ``rest_of_line`` take everything after them (a node's
+    ``Reason=`` is free text a person typed and may itself contain ``=``).
+    """
+    record: dict[str, str] = {}
+    matches = list(_KEY.finditer(line))
+    for i, m in enumerate(matches):
+        key = m.group(1)
+        if key in record and key not in rest_of_line:
+            continue  # a "Key=" inside an earlier rest-of-line value
+        if key in rest_of_line:
+            record[key] = line[m.end() :].strip()
+            break
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        record[key] = line[m.end() : end].strip()
+    return record
+
+
+@dataclass(frozen=True)
+class ControlJob:
+    """``scontrol show job -o``: the live view, with output paths already expanded."""
+
+    job_id: str
+    name: str
+    state: str
+    reason: str | None
+    exit_code: int | None
+    signal: int | None
+    partition: str
+    nodes: str | None
+    start: datetime | None
+    end: datetime | None
+    run_time: str
+    work_dir: str | None
+    stdout: str | None
+    stderr: str | None
+    comment: str | None
+    tres_per_node: str | None
+    raw: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
+
+
+def parse_scontrol_jobs(stdout: str) -> list[ControlJob]:
+    jobs = []
+    for line in stdout.splitlines():
+        if not line.startswith("JobId="):
+            continue
+        r = parse_scontrol_record(line)
+        code, sig = parse_exit_code(r.get("ExitCode", ""))
+        jobs.append(
+            ControlJob(
+                job_id=r["JobId"],
+                name=r.get("JobName", ""),
+                state=normalise_state(r.get("JobState", "")),
+                reason=None if r.get("Reason") in (None, "None") else r.get("Reason"),
+                exit_code=code,
+                signal=sig,
+                partition=r.get("Partition", ""),
+                nodes=_null(r.get("NodeList", "")),
+                start=parse_time(r.get("StartTime", "")),
+                end=parse_time(r.get("EndTime", "")),
+                run_time=r.get("RunTime", ""),
+                work_dir=_null(r.get("WorkDir", "")),
+                stdout=_null(r.get("StdOut", "")),
+                stderr=_null(r.get("StdErr", "")),
+                comment=_null(r.get("Comment", "")),
+                tres_per_node=_null(r.get("TresPerNode", "")),
+                raw=r,
+            )
+        )
+    return jobs
+
+
+def parse_scontrol_config(stdout: str) -> dict[str, str]:
+    """``scontrol show config``: ``Name = value`` lines."""
+    config = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            config[key.strip()] = value.strip()
+    return config
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """``scontrol show node -o [-d]``: what admin tooling needs about a node's GPUs."""
+
+    name: str
+    state: str  # base state, e.g. IDLE, MIXED, ALLOCATED, DOWN
+    flags: tuple[str, ...]  # e.g. ("DRAIN", "NOT_RESPONDING")
+    gres: str | None  # gpu:a100:2,gpu:v100:1
+    gres_used: str | None  # with -d: gpu:a100:2(IDX:0-1),gpu:v100:0(IDX:N/A)
+    reason: str | None
+    partitions: tuple[str, ...]
+    raw: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags or self.state == "DRAINED"
+
+
+def parse_scontrol_nodes(stdout: str) -> list[NodeRecord]:
+    nodes = []
+    for line in stdout.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        r = parse_scontrol_record(line, rest_of_line=("Reason",))
+        state, *flags = r.get("State", "").split("+")
+        nodes.append(
+            NodeRecord(
+                name=r["NodeName"],
+                state=state,
+                flags=tuple(f for f in flags if f),
+                gres=_null(r.get("Gres", "")),
+                gres_used=_null(r.get("GresUsed", "")),
+                reason=_null(r.get("Reason", "")),
+                partitions=tuple(p for p in r.get("Partitions", "").split(",") if p),
+                raw=r,
+            )
+        )
+    return nodes
+
+
+# --- output paths -------------------------------------------------------------------------
+
+_PATTERN = re.compile(r"%(%|\d*[AJjNux])")
+
+
+def expand_output_pattern(
+    pattern: str, *, job_id: str, name: str, user: str, first_node: str | None
+) -> str:
+    """Expand sbatch's ``--output`` pattern the way Slurm does for a (non-array) batch job:
+    ``%j %J %A %x %u %N %%`` and zero padding like ``%5j``. squeue and the registry hold
+    the pattern; only scontrol (while Slurm remembers the job) gives the expanded path.
+    """
+
+    def one(m: re.Match[str]) -> str:
+        spec = m.group(1)
+        if spec == "%":
+            return "%"
+        width, letter = spec[:-1], spec[-1]
+        values = {"j": job_id, "J": job_id, "A": job_id, "x": name, "u": user}
+        values["N"] = first_node or ""
+        value = values[letter]
+        return value.zfill(int(width)) if width and value.isdigit() else value
+
+    return _PATTERN.sub(one, pattern)

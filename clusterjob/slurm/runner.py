@@ -1,0 +1,189 @@
+"""The one place that runs Slurm commands.
+
+Every ``sbatch``/``squeue``/``sacct``/``scontrol``/``scancel``/``sinfo`` call goes through
+``Runner.run``: one attempt has its own timeout, retries (for transient failures only) use
+exponential backoff with jitter and all fit inside one overall deadline. Failures come back
+as the typed errors of ``clusterjob.errors``, carrying the command, exit code and stderr.
+
+Tests inject a fake ``exec`` function (``Runner(exec=...)``) instead of patching subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable
+
+# stderr fragments (as printed by Slurm 22.05 clients) that mean "the controller did not
+# answer this time", not "your request is wrong". See tests/fixtures/slurm/*_err_*.
+TRANSIENT_MARKERS = (
+    "Socket timed out on send/recv operation",
+    "Unable to contact slurm controller",
+    "Unexpected message received",
+    "Resource temporarily unavailable",
+    "Zero Bytes were transmitted or received",
+    "Slurm backup controller in standby mode",
+    "Communication connection failure",
+)
+
+DEFAULT_TIMEOUT = 30.0  # one attempt; Slurm clients wait MessageTimeout (10 s) per RPC try
+DEFAULT_RETRY_WINDOW = 60.0  # overall deadline when the caller retries without giving one
+
+
+@dataclass(frozen=True)
+class SlurmResult:
+    """What a finished Slurm command printed; ``returncode`` is 0 unless built by a fake."""
+
+    cmd: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+# exec(cmd, timeout, input) -> SlurmResult. Raises FileNotFoundError when the command is
+# not installed and subprocess.TimeoutExpired when it ran past ``timeout``.
+Exec = Callable[[Sequence[str], float, "str | None"], SlurmResult]
+
+
+def subprocess_exec(cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
+    """Run ``cmd`` for real. Slurm clients print in the C locale; keep them that way."""
+    env = dict(os.environ)
+    env["LC_ALL"] = "C"
+    proc = subprocess.run(
+        list(cmd),
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=None if input is not None else subprocess.DEVNULL,
+        check=False,
+    )
+    return SlurmResult(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
+
+
+def is_transient(stderr: str) -> bool:
+    """Whether a failed command's stderr says the controller was unreachable or busy."""
+    return any(marker.casefold() in stderr.casefold() for marker in TRANSIENT_MARKERS)
+
+
+class Runner:
+    """Runs Slurm commands with timeouts, classification and bounded retries."""
+
+    def __init__(
+        self,
+        exec: Exec | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        base_delay: float = 0.5,
+        max_delay: float = 8.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._exec = exec or subprocess_exec
+        self._sleep = sleep
+        self._clock = clock
+        self._base_delay = base_delay
+        self._max_delay = max_delay
+        self._rng = rng or random.Random()
+        self.calls: int = 0  # attempts made; status tests count Slurm load with it
+
+    def clock(self) -> float:
+        return self._clock()
+
+    def backoff(self, attempt: int, remaining: float) -> float:
+        """Exponential backoff with full jitter (attempt 0 -> up to base_delay), capped."""
+        ceiling = min(self._max_delay, self._base_delay * (2**attempt))
+        return max(0.0, min(remaining, self._rng.uniform(ceiling / 2, ceiling)))
+
+    def sleep(self, seconds: float) -> None:
+        self._sleep(seconds)
+
+    def run(
+        self,
+        cmd: Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        deadline: float | None = None,
+        retry: bool = False,
+        input: str | None = None,
+    ) -> SlurmResult:
+        """Run ``cmd``; return its result when it exits 0.
+
+        ``deadline`` is an absolute ``clock()`` time by which everything, retries included,
+        must be over (default: one attempt, or ``DEFAULT_RETRY_WINDOW`` when ``retry``).
+        Permanent failures raise ``SlurmError`` at once; transient ones are retried when
+        ``retry`` and raise ``SlurmTransientError`` otherwise; a transient failure that
+        outlives the deadline raises ``SlurmUnavailable``.
+        """
+        cmd = list(cmd)
+        start = self._clock()
+        if deadline is None:
+            deadline = start + (DEFAULT_RETRY_WINDOW if retry else timeout)
+        attempt = 0
+        while True:
+            remaining = deadline - self._clock()
+            if remaining <= 0 and attempt == 0:
+                remaining = timeout  # the caller's deadline already passed: try once anyway
+            error = self._attempt(cmd, min(timeout, remaining), input)
+            if not isinstance(error, SlurmError):
+                return error
+            if not isinstance(error, SlurmTransientError):
+                raise error
+            remaining = deadline - self._clock()
+            if not retry:
+                raise error
+            if remaining <= 0:
+                waited = self._clock() - start
+                raise SlurmUnavailable(
+                    cmd,
+                    error.returncode,
+                    error.stderr,
+                    hint=f"Slurm did not answer after {attempt + 1} tries in {waited:.0f}s; "
+                    "the controller may be down or overloaded, try again later",
+                ) from error
+            self._sleep(self.backoff(attempt, remaining))
+            attempt += 1
+
+    def _attempt(
+        self, cmd: list[str], timeout: float, input: str | None
+    ) -> SlurmResult | SlurmError:
+        self.calls += 1
+        try:
+            result = self._exec(cmd, timeout, input)
+        except FileNotFoundError:
+            raise SlurmUnavailable(
+                cmd,
+                None,
+                f"{cmd[0]}: command not found",
+                hint="Slurm client commands are not installed or not on PATH; run clusterjob "
+                "on a login node of the cluster (or load the slurm module)",
+            ) from None
+        except subprocess.TimeoutExpired:
+            return SlurmTransientError(
+                cmd, None, f"{cmd[0]} did not finish within {timeout:.0f}s (killed)"
+            )
+        except OSError as exc:
+            raise SlurmUnavailable(cmd, None, f"{cmd[0]}: {exc.strerror or exc}") from None
+        if result.returncode == 0:
+            return result
+        if is_transient(result.stderr):
+            return SlurmTransientError(cmd, result.returncode, result.stderr)
+        return SlurmError(cmd, result.returncode, result.stderr or result.stdout)
+
+
+def run(
+    cmd: list[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    deadline: float | None = None,
+    retry: bool = False,
+    input: str | None = None,
+) -> SlurmResult:
+    """Run one Slurm command with the default (real) runner. See ``Runner.run``."""
+    return Runner().run(cmd, timeout=timeout, deadline=deadline, retry=retry, input=input)
