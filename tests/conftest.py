@@ -20,3 +20,7 @@ def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     monkeypatch.delenv("CLUSTERJOB_SITE", raising=False)
     monkeypatch.delenv("CLUSTERJOB_DATA_DIR", raising=False)
     yield
+
+
+# The stand-in NVML library fixtures (standin_lib, run_python, ...) for every test module.
+pytest_plugins = ["standin_fixtures"]
