@@ -345,8 +345,9 @@ def gres_request(
 ) -> tuple[GresRequest, str | None]:
     """The GPU request in the site's syntax, and the user's constraint if not merged into it.
 
-    A ``gpus`` site gets the job total (``--gpus=TYPE:N*nodes``); the preflight then checks
-    that Slurm spread it as ``N`` per node.
+    A model with a node feature (``constraint``) always gets ``--constraint=FEATURE`` (the
+    user's constraint joined with ``&``). A ``gpus`` site gets the job total
+    (``--gpus=TYPE:N*nodes``); the preflight then checks that Slurm spread it as N per node.
     """
     syntax = site.gpu_syntax
     gres_type = model.gres_type
@@ -374,10 +375,11 @@ def gres_request(
         option = f"--gpus={prefix}{gpus * nodes}"
     else:  # pragma: no cover - the enum is closed
         raise AssertionError(syntax)
-    if gres_type is None and model.constraint:
-        # Untyped GRES: the node feature is the only way to land on this model.
+    if model.constraint:
+        # Untyped GRES: the feature is the only way to land on this model. Typed: some sites'
+        # submit filters want both (e.g. --gpus-per-node=TYPE:N --constraint=FEATURE).
         combined = _combine_constraints(model.constraint, constraint)
-        return GresRequest((option, f"--constraint={combined}"), gpus, nodes, None), None
+        return GresRequest((option, f"--constraint={combined}"), gpus, nodes, gres_type), None
     return GresRequest((option,), gpus, nodes, gres_type), constraint
 
 

@@ -148,6 +148,12 @@ GPUS_SITE = make_site(GpuSyntax.GPUS)
             ("--gpus-per-node=tesla_v100-sxm2-32gb:2",),
             "ib",
         ),
+        (
+            make_site(GpuSyntax.GPUS_PER_NODE, models=(replace(A100, constraint="a100_80g"),)),
+            dict(model="A100", gpus=2, constraint="ib"),
+            ("--gpus-per-node=a100:2", "--constraint=a100_80g&ib"),
+            None,
+        ),
         # gpus: the total over the job
         (GPUS_SITE, dict(model="A100", gpus=4), ("--gpus=a100:4",), None),
         (GPUS_SITE, dict(model="A100", gpus=4, nodes=3), ("--gpus=a100:12",), None),

@@ -1,0 +1,27 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --partition=dev
+#SBATCH --gres=gpu:1
+#SBATCH --constraint=a100
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-gpu=12
+#SBATCH --mem-per-gpu=120G
+#SBATCH --account=research
+#SBATCH --qos=dev
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100
+export CLUSTERJOB_EXPECT_COUNT=1
+export CLUSTERJOB_SITE=<repo>/site_configs/h100farm.yaml
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+<sys.executable> -m clusterjob preflight
+
+exec "$python" train.py

@@ -1,0 +1,27 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --partition=gpu
+#SBATCH --gpus-per-node=nvidia_a100-sxm4-80gb:4
+#SBATCH --constraint=a100_80g
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-gpu=16
+#SBATCH --mem-per-gpu=120G
+#SBATCH --account=training
+#SBATCH --qos=normal
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100-80GB
+export CLUSTERJOB_EXPECT_COUNT=4
+export CLUSTERJOB_SITE=<repo>/site_configs/hpccentre.yaml
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+<sys.executable> -m clusterjob preflight
+
+exec "$python" train.py

@@ -1,0 +1,36 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --partition=gpu-big
+#SBATCH --gpus-per-node=nvidia_a100-sxm4-80gb:8
+#SBATCH --constraint=a100_80g
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-gpu=16
+#SBATCH --mem-per-gpu=240G
+#SBATCH --account=training
+#SBATCH --qos=big
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100-80GB
+export CLUSTERJOB_EXPECT_COUNT=8
+export CLUSTERJOB_SITE=<repo>/site_configs/hpccentre.yaml
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" <sys.executable> -m clusterjob preflight
+
+# torchrun with a static rendezvous on the first node of the job. Its address comes from
+# Slurm (NodeAddr), so it also works where several nodes share one host.
+mapfile -t job_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+MASTER_ADDR=$(scontrol show node -o "${job_nodes[0]}" | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
+export MASTER_ADDR=${MASTER_ADDR:-${job_nodes[0]}}
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+# One torchrun per node; it starts one worker per GPU. "$0" is the interpreter below.
+exec srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 \
+    bash -c 'exec "$0" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"' \
+    "$python" train.py

@@ -1,0 +1,26 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --partition=gpu
+#SBATCH --gres=gpu:a100:2
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-gpu=8
+#SBATCH --mem-per-gpu=60G
+#SBATCH --account=mllab
+#SBATCH --qos=normal
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100
+export CLUSTERJOB_EXPECT_COUNT=2
+export CLUSTERJOB_SITE=<repo>/site_configs/mllab.yaml
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+<sys.executable> -m clusterjob preflight
+
+exec "$python" train.py --lr 3e-4
