@@ -167,7 +167,8 @@ class _Validator:
             return False
         tag = str(node.tag)
         if tag not in _PLAIN_TAGS:
-            self.error(_line(node), path, f"YAML tags are not supported here (found {tag})")
+            shown = "!!" + tag[len(_YAML_TAG) :] if tag.startswith(_YAML_TAG) else tag
+            self.error(_line(node), path, f"YAML tags are not supported here (found {shown})")
             return False
         return True
 
@@ -526,9 +527,14 @@ def _read_defaults(v: _Validator, entry: _Entry | None, path: str) -> Any:
 
 
 def _read_gpus(
-    v: _Validator, node: Node, path: str, defined: dict[str, GpuModel] | None
+    v: _Validator,
+    node: Node,
+    path: str,
+    defined: dict[str, GpuModel | None] | None,
+    names: list[str],
+    uuids: dict[str, str],
 ) -> tuple[NodeGpu, ...] | None:
-    """The GPU slots of one node-map entry, in PCI bus order."""
+    """The GPU slots of one node-map entry (covering ``names``), in PCI bus order."""
     items = v.sequence(node, path, "a list of GPUs (in PCI bus order)")
     if items is None:
         return None
@@ -547,7 +553,7 @@ def _read_gpus(
         uuid = _field(fields, "uuid", v.string, spath)
         if model not in (None, INVALID) and defined is not None and model not in defined:
             known = ", ".join(defined) or "none"
-            near = next((m.name for m in defined.values() if m.matches(model)), None)
+            near = next((m.name for m in defined.values() if m and m.matches(model)), None)
             hint = f" (write the canonical name {near!r})" if near else ""
             v.error(
                 _key_line(fields, "model"),
@@ -581,13 +587,10 @@ def _read_gpus(
                         )
                         bus_id = INVALID
                     previous = (str(bus_id), i) if bus_id is not INVALID else previous
-        if uuid not in (None, INVALID) and not _NVML_UUID.match(uuid):
-            v.error(
-                _key_line(fields, "uuid"),
-                _join(spath, "uuid"),
-                f"not an NVML UUID: {uuid!r} (expected GPU-xxxxxxxx-xxxx-...)",
+        if uuid not in (None, INVALID):
+            uuid = _check_uuid(
+                v, uuid, _key_line(fields, "uuid"), _join(spath, "uuid"), names, i, uuids
             )
-            uuid = INVALID
         if INVALID in (model, bus_id, uuid) or model is None:
             bad = True
             continue
@@ -595,7 +598,36 @@ def _read_gpus(
     return None if bad else tuple(slots)
 
 
-def _read_node_map(v: _Validator, node: Node, defined: dict[str, GpuModel] | None) -> NodeMap:
+def _check_uuid(
+    v: _Validator,
+    uuid: str,
+    line: int | None,
+    path: str,
+    names: list[str],
+    slot: int,
+    uuids: dict[str, str],
+) -> Any:
+    """A UUID identifies one physical GPU: well-formed, on a one-node entry, used once."""
+    if not _NVML_UUID.match(uuid):
+        v.error(line, path, f"not an NVML UUID: {uuid!r} (expected GPU-xxxxxxxx-xxxx-...)")
+        return INVALID
+    if len(names) > 1:
+        shown = hostlist.collect_hostlist(names)
+        v.error(
+            line, path, f"a UUID names one GPU, but this entry covers {len(names)} nodes ({shown})"
+        )
+        return INVALID
+    if uuid in uuids:
+        v.error(line, path, f"UUID {uuid} is already given to {uuids[uuid]}")
+        return INVALID
+    if names:
+        uuids[uuid] = f"{names[0]} slot {slot}"
+    return uuid
+
+
+def _read_node_map(
+    v: _Validator, node: Node, defined: dict[str, GpuModel | None] | None
+) -> NodeMap:
     """Node name -> GPU slots. Nodes of one entry share one tuple (cheap for 10,000 nodes)."""
     nodes: dict[str, tuple[NodeGpu, ...]] = {}
     lines: dict[str, int] = {}
@@ -610,27 +642,14 @@ def _read_node_map(v: _Validator, node: Node, defined: dict[str, GpuModel] | Non
         if fields is None:
             continue
         hosts = _field(fields, "nodes", v.hostlist, path)
-        gpus = _field(fields, "gpus", lambda n, p: _read_gpus(v, n, p, defined), path)
+        names = hosts[1] if hosts is not None else []
+        gpus = None
+        if "gpus" in fields:
+            gpus = _read_gpus(v, fields["gpus"].value, f"{path}.gpus", defined, names, uuids)
         if hosts is None:
             continue
-        text, names = hosts
         line = _key_line(fields, "nodes", _line(item))
         assert line is not None
-        if gpus is not None:
-            for gpu in gpus:
-                if gpu.uuid is None:
-                    continue
-                gpath = f"{path}.gpus[{gpu.slot}].uuid"
-                if len(names) > 1:
-                    v.error(
-                        line,
-                        gpath,
-                        f"a UUID names one GPU, but this entry covers {len(names)} nodes ({text})",
-                    )
-                elif gpu.uuid in uuids:
-                    v.error(line, gpath, f"UUID {gpu.uuid} is already given to {uuids[gpu.uuid]}")
-                else:
-                    uuids[gpu.uuid] = f"{names[0]} slot {gpu.slot}"
         twice: dict[int, list[str]] = {}
         for name in names:
             first = where.get(name)
@@ -700,8 +719,14 @@ def _build(v: _Validator, root: Node, path: Path) -> Site | None:
     if "models" in top:
         models, model_lines = _read_models(v, top["models"].value)
         _check_models(v, models, model_lines, syntax, type_required)
-    # Without a readable models section, node-map models cannot be checked against it.
-    defined = {m.name: m for m in models} if "models" in top and not _models_broken(v) else None
+    # Node-map models are checked against the names in the models section, even where a
+    # model has a bad field; without a readable models section they cannot be checked.
+    defined: dict[str, GpuModel | None] | None = None
+    if "models" in top and isinstance(top["models"].value, MappingNode):
+        defined = {m.name: m for m in models}
+        for key, _ in top["models"].value.value:
+            if isinstance(key, ScalarNode):
+                defined.setdefault(str(key.value), None)
 
     node_map = NodeMap({}, {})
     if "node_map" in top:
@@ -755,10 +780,6 @@ def _build(v: _Validator, root: Node, path: Path) -> Site | None:
     )
 
 
-def _models_broken(v: _Validator) -> bool:
-    return any(not i.warning and i.key_path.startswith("models") for i in v.issues)
-
-
 # -- reading the file -----------------------------------------------------------------------
 
 
@@ -768,9 +789,11 @@ def _yaml_issue(file: str, exc: BaseException) -> ConfigIssue:
         mark = exc.problem_mark or exc.context_mark
         line = int(mark.line) + 1 if mark is not None else None
         problem = exc.problem or ""
-        if "found duplicate key" in problem:
-            problem = "duplicate key"
-        text = "; ".join(p for p in (exc.context, problem) if p)
+        context = exc.context or ""
+        start = exc.context_mark
+        if context and start is not None and mark is not None and start.line != mark.line:
+            context += f" (started at line {int(start.line) + 1})"
+        text = ": ".join(p for p in (context, problem) if p)
         return ConfigIssue(file, line, "", f"YAML syntax error: {text}")
     return ConfigIssue(file, None, "", f"YAML error: {str(exc).splitlines()[0]}")
 
@@ -802,7 +825,7 @@ def _read_text(path: Path, file: str) -> tuple[str | None, list[ConfigIssue]]:
 
 
 def _compose(text: str, file: str) -> tuple[Node | None, list[ConfigIssue]]:
-    yaml = YAML(typ="rt")
+    yaml = YAML(typ="safe", pure=True)  # composing only; the rt scanner is slower
     try:
         root = yaml.compose(text)
     except YAMLError as exc:

@@ -1,0 +1,267 @@
+"""Site config loading: one bad config per rule, each with its exact `file:line: path: message`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import hostlist
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clusterjob.errors import ConfigError
+from clusterjob.resources import site_configs_dir
+from clusterjob.site.loader import MAX_BYTES, load_site, validate_site_file
+from clusterjob.site.model import GpuSyntax, NodeGpu, OnError
+
+BAD = Path(__file__).parent / "bad_configs"
+
+# file name -> the issues it must produce, as "line: rest" (the file path is prepended).
+EXPECTED: dict[str, list[str]] = {
+    "unknown_key.yaml": [
+        "6: models.A100.alias: unknown key (did you mean 'aliases'?); valid keys: aliases, "
+        "constraint, gres_type, memory_gb, nvml_names",
+    ],
+    "wrong_type_int.yaml": ["7: models.A100.memory_gb: expected an integer, got 'abc'"],
+    "wrong_type_bool.yaml": [
+        "5: gpu_request.type_required: expected true or false, got 'yes'",
+    ],
+    "wrong_type_string.yaml": [
+        '4: models.RTX3090.gres_type: expected a string, got 3090 (write "3090" for text)',
+    ],
+    "bad_syntax_choice.yaml": [
+        "2: gpu_request.syntax: expected one of gres, gres+constraint, gpus-per-node, gpus, "
+        "got 'gpu-per-node'",
+    ],
+    "missing_required.yaml": ["1: site: required key missing"],
+    "undefined_model.yaml": [
+        "10: node_map[0].gpus[1].model: unknown model 'H100'; defined models: A100, V100",
+    ],
+    "partition_unknown_nodes.yaml": ["7: partitions.gpu.nodes: not in node_map: n[3-6]"],
+    "node_twice.yaml": [
+        "8: node_map[1].nodes: n[07-08] already defined in node_map[0] (line 6)",
+    ],
+    "bad_bus_id.yaml": [
+        "8: node_map[0].gpus[0].bus_id: not a PCI bus ID: '0000:zz:00.0' "
+        "(expected e.g. 0000:3b:00.0)",
+    ],
+    "duplicate_bus_id.yaml": [
+        "9: node_map[0].gpus[1].bus_id: bus ID 0000:07:00.0 is already used by slot 0 of this node",
+    ],
+    "bus_order.yaml": [
+        "10: node_map[0].gpus[1].bus_id: GPUs must be listed in PCI bus order: 0000:07:00.0 "
+        "comes before 0000:0b:00.0 (slot 0)",
+    ],
+    "bad_hostlist.yaml": ["6: node_map[0].nodes: bad hostlist 'n[1-2': unbalanced brackets"],
+    "alias_collision.yaml": [
+        "9: models.H100.aliases[1]: alias 'BIG' already names model A100 (case-insensitive)",
+    ],
+    "two_defaults.yaml": [
+        "11: partitions.debug.default: partition gpu is already the default (line 8); "
+        "at most one partition can be",
+    ],
+    "gres_type_required.yaml": [
+        "5: models.V100.gres_type: required when gpu_request.syntax is gpus-per-node and "
+        "type_required is true",
+    ],
+    "constraint_required.yaml": [
+        "5: models.V100.constraint: required when gpu_request.syntax is gres+constraint",
+    ],
+    "malformed_yaml.yaml": [
+        "3: YAML syntax error: while parsing a flow mapping (started at line 2): "
+        "expected ',' or '}', but got ':'",
+    ],
+    "empty.yaml": ["1: empty file: expected a site config mapping"],
+    "not_mapping.yaml": ["1: expected a mapping of site settings at the top, got a list"],
+    "non_utf8.yaml": ["2: not UTF-8 text: byte 0xe9 cannot be decoded"],
+    "alias_bomb.yaml": [
+        "2: cluster_name: YAML anchors and aliases (&a, *a) are not supported in site "
+        "configs; write the value out",
+        "9: node_map[0].gpus: YAML anchors and aliases (&b, *b) are not supported in site "
+        "configs; write the value out",
+    ],
+    "duplicate_key.yaml": ["8: site: duplicate key (first defined at line 1)"],
+    "uuid_on_many_nodes.yaml": [
+        "8: node_map[0].gpus[0].uuid: a UUID names one GPU, but this entry covers 2 nodes (n[1-2])",
+    ],
+    "bad_time_limit.yaml": [
+        "6: partitions.gpu.time_limit: not a Slurm time limit: '2 days' "
+        "(e.g. 2-00:00:00, 12:00:00, 30)",
+    ],
+    "yaml_tag.yaml": [
+        "1: site: YAML tags are not supported here (found !!python/object:os.system)",
+    ],
+    "many_errors.yaml": [
+        "5: models.A100.memory_gb: expected an integer >= 1, got -1",
+        "7: partitions.gpu.colour: unknown key; valid keys: default, defaults, nodes, time_limit",
+        "7: partitions.gpu.nodes: not in node_map: n[3-4]",
+        "10: node_map[0].gpus[0].model: unknown model 'V100'; defined models: A100",
+        "11: prolog.on_error: expected one of drain, pass, got 'ignore'",
+        "11: prolog.deadline_seconds: expected a positive number, got 0",
+    ],
+}
+
+
+def test_every_bad_config_has_an_expectation() -> None:
+    on_disk = {p.name for p in BAD.glob("*.yaml")} - {"gres_substring_warning.yaml"}
+    assert on_disk == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_config_reports_exact_lines(name: str) -> None:
+    path = BAD / name
+    site, issues = validate_site_file(path)
+    assert site is None
+    assert [str(i) for i in issues] == [f"{path}:{rest}" for rest in EXPECTED[name]]
+    with pytest.raises(ConfigError) as info:
+        load_site(path)
+    assert [str(i) for i in info.value.issues] == [str(i) for i in issues]
+
+
+def test_gres_substring_is_a_warning_not_an_error() -> None:
+    path = BAD / "gres_substring_warning.yaml"
+    site, issues = validate_site_file(path)
+    assert site is not None
+    assert [str(i) for i in issues] == [
+        f"{path}:6: warning: models.A10.gres_type: GRES type 'a10' is a substring of 'a100' "
+        "(model A100): Slurm matches types by substring, so asking for 'a10' can also select "
+        "A100 GPUs"
+    ]
+
+
+def test_missing_file_is_one_issue(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    site, issues = validate_site_file(path)
+    assert site is None
+    assert [str(i) for i in issues] == [f"{path}: cannot read: No such file or directory"]
+
+
+def test_huge_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    with path.open("wb") as fh:
+        fh.truncate(MAX_BYTES + 1)  # sparse: costs no disk
+    _, issues = validate_site_file(path)
+    assert [str(i) for i in issues] == [f"{path}: file is larger than 16 MiB"]
+
+
+def test_deep_nesting_is_an_issue_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text("site: " + "[" * 5000 + "]" * 5000 + "\n")
+    _, issues = validate_site_file(path)
+    assert len(issues) == 1 and not issues[0].warning
+
+
+def test_classic_billion_laughs_is_refused_quickly(tmp_path: Path) -> None:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i, name in enumerate("bcdefghi"):
+        prev = "abcdefghi"[i]
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    lines.append("node_command: *i")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    start = time.perf_counter()
+    site, issues = validate_site_file(path)
+    assert time.perf_counter() - start < 5
+    assert site is None
+    reported = "\n".join(map(str, issues))
+    assert f"{path}:9: node_command: YAML anchors and aliases (&i, *i)" in reported
+
+
+@pytest.mark.parametrize("name", ["mllab.yaml", "hpccentre.yaml", "h100farm.yaml"])
+def test_example_sites_load_without_issues(name: str) -> None:
+    path = site_configs_dir() / name
+    site, issues = validate_site_file(path)
+    assert issues == []
+    assert site is not None and site.name == name.removesuffix(".yaml")
+    for partition in site.partitions:
+        assert all(n in site.node_map for n in partition.node_names)
+
+
+def test_mllab_node_groups_have_their_own_physical_order() -> None:
+    site = load_site(site_configs_dir() / "mllab.yaml")
+    assert site.gpu_syntax is GpuSyntax.GRES and site.type_required
+    assert [g.model for g in site.node_map.nodes["ml-gpu01"]] == ["A100", "A100", "V100", "V100"]
+    assert site.node_map.nodes["ml-gpu05"][0] == NodeGpu(0, "V100", "0000:3b:00.0")
+    assert [g.model for g in site.node_map.nodes["ml-gpu08"]] == ["V100", "V100", "A100", "A100"]
+    assert site.node_map.lines["ml-gpu01"] == 45 and site.node_map.lines["ml-gpu05"] == 54
+    gpu = site.partition("gpu")
+    assert gpu is not None and gpu.default and gpu.defaults.cpus_per_gpu == 8
+    assert gpu.node_names == tuple(f"ml-gpu{i:02d}" for i in range(1, 9))
+    assert site.model("a100-pcie-40gb") == site.model_by_name("A100")
+    assert site.prolog.on_error is OnError.DRAIN
+
+
+def test_templates_resolve_relative_to_the_file(tmp_path: Path) -> None:
+    (tmp_path / "tpl").mkdir()
+    text = (site_configs_dir() / "mllab.yaml").read_text()
+    (tmp_path / "s.yaml").write_text(text + "templates: tpl\n")
+    assert load_site(tmp_path / "s.yaml").templates_dir == tmp_path / "tpl"
+    (tmp_path / "t.yaml").write_text(text + "templates: missing\n")
+    _, issues = validate_site_file(tmp_path / "t.yaml")
+    assert [i.message for i in issues] == [f"not a directory: {tmp_path / 'missing'}"]
+
+
+def test_bus_ids_are_normalised_and_uuids_kept(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "site: t\n"
+        "gpu_request: {syntax: gres}\n"
+        "models:\n"
+        '  A100: {gres_type: a100, nvml_names: ["NVIDIA A100-SXM4-80GB"]}\n'
+        "node_map:\n"
+        "  - nodes: n1\n"
+        "    gpus:\n"
+        '      - {model: A100, bus_id: "00000000:3B:00.0", uuid: "GPU-0a1b"}\n'
+        "  - nodes: n2\n"
+        "    gpus: []\n"
+    )
+    site = load_site(path)
+    assert site.node_map.nodes["n1"] == (NodeGpu(0, "A100", "0000:3b:00.0", "GPU-0a1b"),)
+    assert site.node_map.nodes["n2"] == ()
+    assert site.partitions == () and not site.type_required
+
+
+def _big_site(tmp_path: Path, nodes: int = 10_000) -> Path:
+    lines = [
+        "site: big",
+        "gpu_request: {syntax: gres, type_required: true}",
+        "models:",
+        "  H100: {gres_type: h100, nvml_names: ['NVIDIA H100 80GB HBM3']}",
+        "partitions:",
+        f"  gpu: {{nodes: 'gpu[00000-{nodes - 1:05d}]', default: true}}",
+        "node_map:",
+    ]
+    for start in range(0, nodes, 100):
+        lines += [f"  - nodes: gpu[{start:05d}-{start + 99:05d}]", "    gpus:"]
+        for slot in range(8):
+            lines.append(f"      - {{model: H100, bus_id: '0000:{0x18 + 16 * slot:02x}:00.0'}}")
+    path = tmp_path / "big.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_ten_thousand_node_site_loads_fast(tmp_path: Path) -> None:
+    path = _big_site(tmp_path)
+    start = time.perf_counter()
+    site = load_site(path)
+    elapsed = time.perf_counter() - start
+    print(f"10,000-node site loaded in {elapsed:.2f}s")
+    assert len(site.node_map.nodes) == 10_000
+    assert elapsed < 10  # generous: 2 shared cores; typically ~0.5 s
+
+
+_name = st.from_regex(r"[a-z]{1,3}-?", fullmatch=True)
+
+
+@given(
+    st.lists(
+        st.tuples(_name, st.integers(0, 120), st.sampled_from([0, 2, 3])),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_hostlist_compress_expand_round_trip(hosts: list[tuple[str, int, int]]) -> None:
+    names = sorted({f"{prefix}{num:0{width}d}" for prefix, num, width in hosts})
+    collected = hostlist.collect_hostlist(names)
+    assert sorted(hostlist.expand_hostlist(collected)) == names
