@@ -18,7 +18,7 @@ from clusterjob.errors import ConfigError, ConfigIssue, UsageError
 from clusterjob.shell import check_directive_value, check_no_nul
 from clusterjob.site.model import GpuModel, GpuSyntax, Partition, Site
 
-_TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as clusterjob.slurm finds it in --comment
 
 
 def new_token() -> str:

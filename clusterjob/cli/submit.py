@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from clusterjob.cli import app
-from clusterjob.errors import UsageError
+from clusterjob.errors import ClusterjobError, SiteNotFound, UsageError
 from clusterjob.render import render
 from clusterjob.request import JobRequest, resolve
 from clusterjob.site.model import Site
@@ -22,31 +22,31 @@ _OWN_OPTIONS = ("--gpus", "--model", "--nodes", "--partition", "--site", "--dry-
 
 
 def _cluster_name() -> str | None:
-    """This cluster's Slurm ClusterName, or None when it cannot be read (no Slurm here)."""
+    """This cluster's Slurm ClusterName, or None when Slurm cannot say (not a login node)."""
+    from clusterjob.slurm.commands import SlurmClient
+
     try:
-        from clusterjob.slurm import cluster_name  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    try:
-        return cluster_name()
-    except Exception:  # discovery falls back to other sources; say nothing here
+        return SlurmClient().cluster_name()
+    except ClusterjobError:
         return None
 
 
 def load_site_for_submit(spec: str | None) -> Site:
     """The site named by ``--site`` (a name or a file), else the one discovery finds."""
-    from clusterjob.site.discovery import find_site
+    from clusterjob.site.loader import load_site
 
+    try:
+        from clusterjob.site.discovery import find_site
+    except ImportError:  # discovery not in this tree yet: a site file still works
+        if spec and Path(spec).is_file():
+            return load_site(Path(spec))
+        raise SiteNotFound("site discovery is not available: pass --site FILE") from None
     environ = dict(os.environ)
     needs_cluster_name = spec is None and not environ.get("CLUSTERJOB_SITE")
     found = find_site(
         spec, environ=environ, cluster_name=_cluster_name() if needs_cluster_name else None
     )
-    if isinstance(found, Site):
-        return found
-    from clusterjob.site.loader import load_site
-
-    return load_site(Path(found))
+    return found if isinstance(found, Site) else load_site(Path(found))
 
 
 @app.command(
