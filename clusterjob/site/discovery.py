@@ -1,0 +1,142 @@
+"""Which site config applies here: the documented search order, and nothing clever.
+
+1. ``--site PATH|NAME``  2. ``$CLUSTERJOB_SITE`` (PATH|NAME)  3. ``~/.config/clusterjob/site.yaml``
+4. ``/etc/clusterjob/site.yaml``  5. the known site file whose ``cluster_name`` is this
+cluster's Slurm ClusterName. A NAME is looked up as ``NAME.yaml`` in the user's sites
+directory, ``/etc/clusterjob/sites/``, then the example sites shipped with clusterjob.
+A spec that names nothing is an error, not a reason to fall through to the next source:
+a typo must not silently select another cluster's config.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from clusterjob.errors import ClusterjobError, SiteNotFound
+from clusterjob.resources import site_configs_dir
+
+ETC_DIR = Path("/etc/clusterjob")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A cheap look at the cluster_name line, so that finding a site does not validate every file.
+_CLUSTER_NAME_LINE = re.compile(
+    r"""^cluster_name:[ \t]*(?:"([^"\n]*)"|'([^'\n]*)'|([^\s#'"][^\s#]*))""", re.MULTILINE
+)
+_SCAN_BYTES = 1 << 16  # cluster_name sits near the top of a site file
+
+
+def user_config_dir(environ: Mapping[str, str]) -> Path:
+    """``$XDG_CONFIG_HOME/clusterjob``, else ``~/.config/clusterjob``."""
+    xdg = environ.get("XDG_CONFIG_HOME")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "clusterjob"
+    home = environ.get("HOME")
+    return (Path(home) if home else Path.home()) / ".config" / "clusterjob"
+
+
+def site_dirs(environ: Mapping[str, str], etc_dir: Path = ETC_DIR) -> list[Path]:
+    """Directories searched for ``NAME.yaml``, in order."""
+    return [user_config_dir(environ) / "sites", etc_dir / "sites", site_configs_dir()]
+
+
+def _is_path(spec: str) -> bool:
+    return "/" in spec or spec.endswith((".yaml", ".yml")) or not _NAME.match(spec)
+
+
+def _resolve_spec(spec: str, origin: str, environ: Mapping[str, str], etc_dir: Path) -> Path:
+    """A PATH or a NAME given by ``origin`` (``--site`` or ``$CLUSTERJOB_SITE``)."""
+    if _is_path(spec):
+        path = Path(spec).expanduser()
+        if path.is_file():
+            return path
+        raise SiteNotFound(f"{origin} {spec}: no such site config file")
+    tried = [d / f"{spec}.yaml" for d in site_dirs(environ, etc_dir)]
+    for candidate in tried:
+        if candidate.is_file():
+            return candidate
+    if Path(spec).is_file():  # a file in the current directory, named without .yaml
+        return Path(spec)
+    raise SiteNotFound(
+        f"{origin} {spec}: no site named {spec!r} (tried {', '.join(map(str, tried))}; "
+        f"known sites: {', '.join(known_site_names(environ, etc_dir)) or 'none'})"
+    )
+
+
+def known_site_files(environ: Mapping[str, str], etc_dir: Path = ETC_DIR) -> list[Path]:
+    """Every ``*.yaml`` in the site directories, in search order (first name wins)."""
+    found: list[Path] = []
+    seen: set[str] = set()
+    for directory in site_dirs(environ, etc_dir):
+        try:
+            files = sorted(directory.glob("*.yaml"))
+        except OSError:
+            continue
+        for path in files:
+            if path.stem not in seen and path.is_file():
+                seen.add(path.stem)
+                found.append(path)
+    return found
+
+
+def known_site_names(environ: Mapping[str, str], etc_dir: Path = ETC_DIR) -> list[str]:
+    return [p.stem for p in known_site_files(environ, etc_dir)]
+
+
+def declared_cluster_name(path: Path) -> str | None:
+    """The ``cluster_name:`` a site file declares, read with a regex (no YAML parse)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_SCAN_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    m = _CLUSTER_NAME_LINE.search(head)
+    if not m:
+        return None
+    return next(g for g in m.groups() if g is not None).strip() or None
+
+
+def find_site(
+    spec: str | None,
+    *,
+    environ: Mapping[str, str],
+    cluster_name: Callable[[], str | None] | str | None = None,
+    etc_dir: Path = ETC_DIR,
+) -> Path:
+    """The site config file to use here; raises SiteNotFound saying everything it tried.
+
+    ``cluster_name`` returns Slurm's ClusterName (asked only when nothing else matched);
+    a plain string is accepted too, for callers that already know it.
+    """
+    if spec:
+        return _resolve_spec(spec, "--site", environ, etc_dir)
+    env_spec = environ.get("CLUSTERJOB_SITE")
+    if env_spec:
+        return _resolve_spec(env_spec, "CLUSTERJOB_SITE", environ, etc_dir)
+    tried = ["--site (not given)", "CLUSTERJOB_SITE (not set)"]
+    for default in (user_config_dir(environ) / "site.yaml", etc_dir / "site.yaml"):
+        if default.is_file():
+            return default
+        tried.append(str(default))
+    name: str | None
+    if callable(cluster_name):
+        try:
+            name = cluster_name()
+        except ClusterjobError as exc:
+            name = None
+            tried.append(f"Slurm ClusterName (could not be read: {exc})")
+    else:
+        name = cluster_name
+    if name:
+        for path in known_site_files(environ, etc_dir):
+            if declared_cluster_name(path) == name:
+                return path
+        dirs = ", ".join(str(d) for d in site_dirs(environ, etc_dir))
+        tried.append(f"a site with cluster_name {name} in {dirs}")
+    elif not any(t.startswith("Slurm ClusterName") for t in tried):
+        tried.append("Slurm ClusterName (unknown)")
+    raise SiteNotFound(
+        "no site config found; tried " + "; ".join(tried) + ". Pass --site PATH|NAME or set "
+        "CLUSTERJOB_SITE"
+    )
