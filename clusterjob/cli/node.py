@@ -38,7 +38,7 @@ def preflight(
     if as_json:
         print(report.render_json(result))
     else:
-        print(report.render_table(result), file=sys.stderr)
+        print(report.render_table(result, summary=result.ok), file=sys.stderr)
     if not result.ok:
         raise PreflightFailed(report.summary_line(result))
 

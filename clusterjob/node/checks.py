@@ -182,14 +182,12 @@ def _health(node: str, slot: int | None, gpu: Gpu, allocated: bool | None) -> li
     """
     sev_job = Severity.WARNING if allocated is False else Severity.ERROR
     where = _where(node, slot, gpu.bus_id)
-    name = gpu.name or "GPU"
+    label = f"{where}: {gpu.name}" if gpu.name else where
     out: list[Finding] = []
 
     def add(check_id: str, severity: Severity, what: str, found: str) -> None:
         out.append(
-            Finding(
-                check_id, severity, node, f"{where}: {name}: {what}", slot, gpu.bus_id, None, found
-            )
+            Finding(check_id, severity, node, f"{label}: {what}", slot, gpu.bus_id, None, found)
         )
 
     if gpu.lost:
@@ -315,6 +313,8 @@ def run_checks(
                     )
                 )
                 continue
+            if gpu.lost:
+                continue  # NVML could not say what it is; the health checks report it lost
             found_model = model_of(gpu.name, models)
             if found_model != slot.model:
                 add(
@@ -420,7 +420,7 @@ def run_checks(
     # -- GRES index vs device file (minor number) -----------------------------------------
     if expected is not None:
         for slot, gpu in match.pairs:
-            if gpu is None or gpu.minor is None or gpu.minor == slot.slot:
+            if gpu is None or gpu.lost or gpu.minor is None or gpu.minor == slot.slot:
                 continue
             job_has_it = slot.slot in allocated_set
             add(

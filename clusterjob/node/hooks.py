@@ -32,7 +32,7 @@ from typing import Any, NoReturn, TextIO
 
 from clusterjob.errors import ClusterjobError, NvmlError, SiteNotFound, UsageError
 from clusterjob.node.allocation import Context, allocation_from_env, task_cuda_visible_devices
-from clusterjob.node.checks import PreflightReport, run_checks
+from clusterjob.node.checks import Finding, PreflightReport, Severity, run_checks
 from clusterjob.node.inventory import GpuInventory
 from clusterjob.site.model import NodeGpu, OnError, PrologPolicy
 
@@ -107,8 +107,11 @@ def _load_node_site(path: Path, node: str, cache_dir: Path | None) -> _NodeSite:
     return _NodeSite(gpus=view.gpus, models=dict(view.models), prolog=view.prolog)
 
 
-def read_inventory_isolated(timeout: float) -> GpuInventory:
+def read_inventory_isolated(timeout: float, *, deadline: float | None = None) -> GpuInventory:
     """``read_inventory`` in a forked child, given up on after ``timeout`` seconds.
+
+    ``deadline`` is the overall budget named in the timeout message (what the admin set),
+    when ``timeout`` is only what is left of it.
 
     A child rather than a thread: a driver stuck in the kernel cannot hold our exit, and
     whatever NVML prints goes to /dev/null instead of into slurmd's log. Raises NvmlError
@@ -147,7 +150,8 @@ def read_inventory_isolated(timeout: float) -> GpuInventory:
                 _reap(pid, block=False)
                 raise NvmlError(
                     "timeout",
-                    f"NVML did not answer within {timeout:g}s: a GPU or the NVIDIA driver is "
+                    f"NVML did not answer within {deadline or timeout:g}s: a GPU or the NVIDIA "
+                    "driver is "
                     "hung (look for Xid errors in dmesg)",
                 )
             chunk = os.read(rfd, 65536)
@@ -296,8 +300,10 @@ def _prolog(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         run.policy = site.prolog
         run.arm_alarm()
         try:
-            inventory = read_inventory_isolated(max(run.remaining(), 0.01))
+            inventory = read_inventory_isolated(max(run.remaining(), 0.01), deadline=run.deadline)
         except NvmlError as exc:
+            if exc.kind == "gpu_lost":  # not "cannot check": a known-broken node, whatever on_error
+                return run.verdict(_lost_report(run.node, exc))
             return run.cannot_check(f"NVML: {_one_line(exc)}", exc.kind)
         report = run_checks(
             run.node,
@@ -309,6 +315,12 @@ def _prolog(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return run.verdict(report)
     except Exception as exc:  # a bug in clusterjob must still give slurmd one line
         return run.cannot_check(f"internal error: {type(exc).__name__}: {exc}", "internal")
+
+
+def _lost_report(node: str, exc: NvmlError) -> PreflightReport:
+    """A GPU lost before NVML could even place it: a failed check, not an unknown."""
+    lost = Finding("gpu-lost", Severity.ERROR, node, f"{node}: {_one_line(exc)}", found="lost")
+    return PreflightReport(node=node, findings=(lost,), rows=())
 
 
 def _one_line(exc: BaseException) -> str:

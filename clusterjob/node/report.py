@@ -43,10 +43,11 @@ def summary_line(report: PreflightReport) -> str:
     return f"preflight {report.node}: FAILED ({n_err} error(s), {n_warn} warning(s))"
 
 
-def render_table(report: PreflightReport) -> str:
+def render_table(report: PreflightReport, summary: bool = True) -> str:
     """The human output: slot table, then one line per finding, then the summary line.
 
-    Allocated slots are marked with ``*``.
+    Allocated slots are marked with ``*``. ``summary=False`` leaves the summary to the caller
+    (the CLI's error line carries it when the preflight fails).
     """
     header = ("SLOT", "BUS ID", "EXPECTED", "FOUND", "STATUS")
     rows = [
@@ -63,7 +64,8 @@ def render_table(report: PreflightReport) -> str:
     for f in report.findings:
         if f.severity is not Severity.INFO:
             lines.append(f"{f.severity.value}: {f.check_id}: {f.message}")
-    lines.append(summary_line(report))
+    if summary:
+        lines.append(summary_line(report))
     return "\n".join(lines)
 
 
