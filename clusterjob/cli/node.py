@@ -18,7 +18,7 @@ from clusterjob.node import hooks, report
 def preflight(
     site: Annotated[
         str | None,
-        typer.Option(help="Site config file.", envvar="CLUSTERJOB_SITE", show_envvar=True),
+        typer.Option(help="Site config file or name (default: $CLUSTERJOB_SITE, then search)."),
     ] = None,
     expect_model: Annotated[
         str | None,

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from clusterjob.errors import ClusterjobError, NvmlError, SiteNotFound, UsageError
+from clusterjob.errors import ClusterjobError, NvmlError, UsageError
 from clusterjob.node.allocation import Context, allocation_from_env, task_cuda_visible_devices
 from clusterjob.node.checks import Finding, PreflightReport, Severity, run_checks
 from clusterjob.node.inventory import GpuInventory
@@ -372,19 +372,6 @@ def _printable(line: str) -> str:
 # -- preflight core ----------------------------------------------------------------------
 
 
-def find_site_path(site_path: str | Path | None, environ: Mapping[str, str]) -> Path:
-    """The site file for user-context commands: argument, ``$CLUSTERJOB_SITE``, the default."""
-    if site_path:
-        return Path(site_path)
-    if environ.get("CLUSTERJOB_SITE"):
-        return Path(environ["CLUSTERJOB_SITE"])
-    if Path(DEFAULT_SITE).is_file():
-        return Path(DEFAULT_SITE)
-    raise SiteNotFound(
-        f"no site config: pass --site, set CLUSTERJOB_SITE, or install {DEFAULT_SITE}"
-    )
-
-
 def run_preflight(
     site_path: str | Path | None,
     node: str,
@@ -398,7 +385,13 @@ def run_preflight(
     Raises SiteNotFound/ConfigError for the config, UsageError for an unknown model,
     NvmlError when NVML cannot be read. Error findings are in the report, not raised.
     """
-    path = find_site_path(site_path, environ)
+    from clusterjob.site.discovery import find_site
+
+    path = find_site(
+        str(site_path) if site_path else None,
+        environ=environ,
+        cluster_name=environ.get("SLURM_CLUSTER_NAME"),  # set by Slurm in jobs; no Slurm call
+    )
     site = _load_node_site(path, node, None)
     if expect_model is not None:
         canonical = next((m for m in site.models if m.casefold() == expect_model.casefold()), None)
