@@ -1,0 +1,174 @@
+"""One node's slice of a site config, for the Prolog: answered from a small JSON cache.
+
+The Prolog runs before every job on every node, so its cost is paid thousands of times
+a day. On a cache hit this module uses the standard library only (no ruamel, no hostlist):
+one ``stat`` of the site file, one small JSON read. The cache entry is keyed by the site
+file's (realpath, mtime_ns, size, inode) and the node name, so editing the site file
+invalidates it. On a miss the full loader validates the file and the entry is rewritten
+atomically. The cache directory must be writable only by the Prolog's user (root): an
+entry not owned by us, or writable by others, is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clusterjob.site.model import NodeGpu, OnError, PrologPolicy, Site
+
+CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the node side needs: this node's GPU slots, and how to recognise each model."""
+
+    site: str
+    source: Path  # the site file as named by the caller
+    node: str
+    gpus: tuple[NodeGpu, ...] | None  # None: the node is not in the site's node map
+    models: Mapping[str, tuple[str, ...]]  # canonical model name -> its NVML names
+    gres_types: Mapping[str, str | None]  # canonical model name -> GRES type (None: untyped)
+    prolog: PrologPolicy
+
+    def model_for_nvml_name(self, nvml_name: str) -> str | None:
+        """The canonical model an NVML device name belongs to (case-insensitive)."""
+        wanted = nvml_name.casefold()
+        for name, nvml_names in self.models.items():
+            if any(wanted == n.casefold() for n in nvml_names):
+                return name
+        return None
+
+
+def view_from_site(site: Site, node: str, source: Path | None = None) -> NodeView:
+    """The node's slice of an already loaded site."""
+    return NodeView(
+        site=site.name,
+        source=source if source is not None else site.source,
+        node=node,
+        gpus=site.node_map.gpus(node),
+        models={m.name: m.nvml_names for m in site.models},
+        gres_types={m.name: m.gres_type for m in site.models},
+        prolog=site.prolog,
+    )
+
+
+def _config_error(path: Path, exc: OSError) -> Exception:
+    from clusterjob.errors import ConfigError, ConfigIssue
+
+    return ConfigError(ConfigIssue(str(path), None, "", f"cannot read: {exc.strerror or exc}"))
+
+
+def _cache_file(cache_dir: Path, realpath: str, node: str) -> Path:
+    """One file per (site file, node); the key inside decides whether it is still valid."""
+    plain = node.replace("-", "").replace("_", "").replace(".", "")
+    shown = node if node.isascii() and plain.isalnum() and len(node) <= 64 else "node"
+    digest = zlib.crc32(f"{realpath}\0{node}".encode()) & 0xFFFFFFFF
+    return cache_dir / f"{shown}.{digest:08x}.json"
+
+
+def _to_json(view: NodeView, key: list[Any]) -> str:
+    return json.dumps(
+        {
+            "format": CACHE_FORMAT,
+            "key": key,
+            "node": view.node,
+            "site": view.site,
+            "gpus": None
+            if view.gpus is None
+            else [[g.slot, g.model, g.bus_id, g.uuid] for g in view.gpus],
+            "models": {k: list(v) for k, v in view.models.items()},
+            "gres_types": dict(view.gres_types),
+            "prolog": {
+                "on_error": view.prolog.on_error.value,
+                "deadline_seconds": view.prolog.deadline_seconds,
+                "log_path": view.prolog.log_path,
+            },
+        },
+        separators=(",", ":"),
+    )
+
+
+def _from_json(data: dict[str, Any], source: Path) -> NodeView:
+    prolog = data["prolog"]
+    gpus = data["gpus"]
+    return NodeView(
+        site=data["site"],
+        source=source,
+        node=data["node"],
+        gpus=None if gpus is None else tuple(NodeGpu(*g) for g in gpus),
+        models={k: tuple(v) for k, v in data["models"].items()},
+        gres_types=dict(data["gres_types"]),
+        prolog=PrologPolicy(
+            on_error=OnError(prolog["on_error"]),
+            deadline_seconds=float(prolog["deadline_seconds"]),
+            log_path=prolog["log_path"],
+        ),
+    )
+
+
+def _read_cache(file: Path, key: list[Any], node: str, source: Path) -> NodeView | None:
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None  # not written by us: do not trust it
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = json.loads(fh.read(1 << 20))
+        if data.get("format") != CACHE_FORMAT or data.get("key") != key:
+            return None
+        if data.get("node") != node:
+            return None
+        return _from_json(data, source)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a torn or foreign file is a miss, never an error
+    finally:
+        os.close(fd)
+
+
+def _write_cache(file: Path, text: str) -> None:
+    """Write atomically (temporary file + rename) so a reader never sees half an entry."""
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    try:
+        file.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, file)
+    except OSError:  # an unwritable cache only costs speed
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def load_node_view(path: Path, node: str, cache_dir: Path | None = None) -> NodeView:
+    """This node's view of the site in ``path``; from the cache when the file is unchanged.
+
+    Raises ConfigError when the file cannot be read or is not a valid site config.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)
+        realpath = os.path.realpath(path)
+    except OSError as exc:
+        raise _config_error(path, exc) from None
+    key: list[Any] = [realpath, st.st_mtime_ns, st.st_size, st.st_ino]
+    file = _cache_file(cache_dir, realpath, node) if cache_dir is not None else None
+    if file is not None:
+        hit = _read_cache(file, key, node, path)
+        if hit is not None:
+            return hit
+    from clusterjob.site.loader import load_site  # the slow path: ruamel, hostlist
+
+    view = view_from_site(load_site(path), node, source=path)
+    if file is not None:
+        _write_cache(file, _to_json(view, key))
+    return view
