@@ -204,6 +204,7 @@ def _make_dirs(layout: Layout) -> None:
         layout.hooks_dir,
         layout.bin_dir,
         layout.log_dir,
+        layout.cache_dir,
         layout.pid_dir,
         s / "run",
         s / "slurmctld",

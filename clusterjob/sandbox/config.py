@@ -168,6 +168,10 @@ class Layout:
         return self.state_dir / "bin"
 
     @property
+    def cache_dir(self) -> Path:  # the Prolog's parsed-site cache
+        return self.state_dir / "cache"
+
+    @property
     def log_dir(self) -> Path:
         return self.state_dir / "log"
 
@@ -226,6 +230,8 @@ def slurm_conf(layout: Layout, ports: Ports, *, hooks: bool = True) -> str:
         "TaskPlugin=task/none",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
+        # Without a default a job gets all of a node's memory, and nodes could not be shared.
+        "DefMemPerCPU=1024",
         "SlurmdParameters=config_overrides",
         "GresTypes=gpu",
         "MpiDefault=none",
@@ -355,7 +361,8 @@ def prolog_script(layout: Layout) -> str:
             "# Written by `clusterjob sandbox up`: the node Prolog, on the stand-in GPUs.",
             *(f"export {e}" for e in env),
             f"exec {shlex.quote(sys.executable)} -m clusterjob prolog"
-            f" --site {shlex.quote(str(layout.site_yaml))}",
+            f" --site {shlex.quote(str(layout.site_yaml))}"
+            f" --cache-dir {shlex.quote(str(layout.cache_dir))}",
             "",
         ]
     )

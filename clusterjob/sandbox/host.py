@@ -7,7 +7,6 @@ separate from ``clusterjob.slurm``, which is how the product talks to a site's S
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -39,6 +38,7 @@ def run(
     timeout: float = 60,
     check: bool = True,
     input: str | None = None,
+    new_session: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command to completion; on failure raise one line naming it and its stderr."""
     try:
@@ -50,6 +50,7 @@ def run(
             text=True,
             timeout=timeout,
             stdin=None if input is not None else subprocess.DEVNULL,
+            start_new_session=new_session,
         )
     except FileNotFoundError as exc:
         raise ClusterjobError(f"{cmd[0]}: not installed ({exc.strerror})") from exc
@@ -130,22 +131,15 @@ def spawn(
     env: dict[str, str] | None = None,
     user: str | None = None,
 ) -> PidRecord:
-    """Start a daemon in the foreground mode, detached from us; its output goes to ``log``."""
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            user=user,
-            group=user,
-            extra_groups=[] if user else None,
-            close_fds=True,
-        )
-    ticks = _start_ticks(proc.pid)
-    record = PidRecord(name, proc.pid, ticks if ticks is not None else -1, log)
+    """Start a daemon in its foreground mode, detached: a shell in a new session starts it in
+    the background and says its pid, so the daemon is not our child and outlives us."""
+    if user is not None:  # setpriv execs in place: the pid stays the daemon's
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *cmd]
+    launcher = ["sh", "-c", '"$@" >>"$0" 2>&1 </dev/null & echo $!', str(log), *cmd]
+    started = run(launcher, env=env, timeout=30, new_session=True)
+    pid = int(started.stdout.strip())
+    ticks = _start_ticks(pid)
+    record = PidRecord(name, pid, ticks if ticks is not None else -1, log)
     (pid_dir / f"{name}.pid").write_text(f"{record.pid}\n{record.start_ticks}\n{log}\n")
     return record
 
@@ -156,20 +150,13 @@ def stop(record: PidRecord, pid_dir: Path, timeout: float = 15) -> None:
         os.kill(record.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while record.alive() and time.monotonic() < deadline:
-            _reap(record.pid)
             time.sleep(0.1)
         if record.alive():
             os.kill(record.pid, signal.SIGKILL)
-            while record.alive():
-                _reap(record.pid)
+            deadline = time.monotonic() + 5
+            while record.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
     (pid_dir / f"{record.name}.pid").unlink(missing_ok=True)
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status if the daemon is our own child (started in this process)."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 def last_error_line(log: Path) -> str:

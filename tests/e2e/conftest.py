@@ -1,0 +1,118 @@
+"""The real local Slurm cluster for end-to-end tests (`clusterjob sandbox up`).
+
+The session fixture reuses a sandbox that is already up (CI brings it up first) or brings
+one up; it is left running afterwards (`clusterjob sandbox down` stops it). It needs root,
+as the sandbox does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from clusterjob.sandbox import cluster
+from clusterjob.sandbox.config import Layout
+
+# Job states after which a job does not move on by itself. A job whose Prolog failed is
+# requeued and held (PENDING, reason launch_failed_requeued_held): it counts as settled.
+FINAL_STATES = {
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+    "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "SPECIAL_EXIT",
+}  # fmt: skip
+
+
+@dataclass
+class Sandbox:
+    """Handle on the running sandbox: where it lives, the client environment, job helpers."""
+
+    state_dir: Path
+    env: dict[str, str]  # os.environ plus SLURM_CONF (and CLUSTERJOB_SANDBOX_DIR)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.state_dir)
+
+    @property
+    def site_path(self) -> Path:
+        return self.layout.site_yaml
+
+    def run(self, *cmd: str, timeout: float = 30, check: bool = True) -> str:
+        """Run a Slurm client command against the sandbox; return its stdout."""
+        proc = subprocess.run(
+            list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr}")
+        return proc.stdout
+
+    def sbatch(self, *args: str) -> str:
+        """Submit with sbatch; return the job id."""
+        return self.run("sbatch", "--parsable", *args).strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job -o` as a dict (JobState, Reason, NodeList, ...)."""
+        out = self.run("scontrol", "show", "job", "-o", job_id)
+        fields: dict[str, str] = {}
+        for word in out.split():
+            key, sep, value = word.partition("=")
+            if sep and key not in fields:
+                fields[key] = value
+        return fields
+
+    def wait_job(self, job_id: str, timeout: float = 60) -> dict[str, str]:
+        """Poll until the job is finished (or held after a failed launch); return its fields."""
+        deadline = time.monotonic() + timeout
+        while True:
+            fields = self.job(job_id)
+            state = fields.get("JobState", "")
+            if state in FINAL_STATES or "held" in fields.get("Reason", "").lower():
+                return fields
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} still {state} after {timeout}s: {fields}")
+            time.sleep(0.3)
+
+    def node(self, name: str) -> dict[str, str]:
+        """`scontrol show node -o` as a dict (State, Reason, Gres, ...)."""
+        out = self.run("scontrol", "show", "node", "-o", name)
+        fields: dict[str, str] = {}
+        rest = out.strip()
+        # Reason= runs to the end of its words ("Prolog error [root@...]"): split on " Key=".
+        for part in (" " + rest).split(" "):
+            key, sep, value = part.partition("=")
+            if sep and key[:1].isupper():
+                fields[key] = value
+                last = key
+            elif fields:
+                fields[last] += " " + part
+        return fields
+
+    def resume(self, node: str) -> None:
+        """Return a drained node to service (after a test that made the Prolog fail)."""
+        self.run("scontrol", "update", f"nodename={node}", "state=resume")
+
+
+def clusterjob_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180):
+    """The real `clusterjob` command, as a separate process."""
+    return subprocess.run(
+        [sys.executable, "-m", "clusterjob", *args],
+        env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[Sandbox]:
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm sandbox needs root (it starts munged, MariaDB and Slurm)")
+    state_dir = cluster.resolve_state_dir()
+    if not cluster.status(state_dir).up:
+        cluster.up(state_dir)
+    env = dict(os.environ, **cluster.client_env(state_dir))
+    env["CLUSTERJOB_SANDBOX_DIR"] = str(state_dir)
+    yield Sandbox(state_dir, env)

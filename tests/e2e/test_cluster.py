@@ -1,0 +1,115 @@
+"""The sandbox is a real Slurm cluster: nodes, typed GPU GRES, accounting, Prolog, lifecycle."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterjob.sandbox.config import HOSTS_MARKER, SANDBOX_NODES, node_gres
+
+from .conftest import Sandbox, clusterjob_cli
+
+pytestmark = pytest.mark.slurm
+
+ENV_SCRIPT = """#!/bin/sh
+echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
+echo "SLURM_JOB_GPUS=$SLURM_JOB_GPUS"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+echo "FAKE_NVML_SCENARIO=$FAKE_NVML_SCENARIO"
+echo "SLURMD_NODENAME=$SLURMD_NODENAME"
+"""
+
+
+def _output(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_every_node_answers_with_its_typed_gpus(sandbox: Sandbox) -> None:
+    rows = sandbox.run("sinfo", "-h", "-N", "-o", "%N|%P|%T|%G").split()
+    seen = {}
+    for row in rows:
+        node, partition, state, gres = row.split("|")
+        seen[node] = (partition.rstrip("*"), state, gres)
+    assert set(seen) == {n.name for n in SANDBOX_NODES}
+    for n in SANDBOX_NODES:
+        partition, state, gres = seen[n.name]
+        assert partition == n.partition
+        assert gres == node_gres(n)  # e.g. gpu:a100:2,gpu:v100:2
+        assert not state.endswith("*") and not state.startswith(("down", "unk")), (n.name, state)
+    # gpu3 may have been drained by a test that ran a job there; the others must take jobs.
+    for name in ("gpu1", "gpu2", "h1"):
+        assert seen[name][1] in {"idle", "mixed", "allocated", "completing"}, seen[name]
+    assert seen["h1"][2] == "gpu:h100:8"
+
+
+def test_v100_job_sees_its_gpu_and_is_accounted(sandbox: Sandbox, tmp_path: Path) -> None:
+    script = tmp_path / "env.sh"
+    script.write_text(ENV_SCRIPT)
+    out = tmp_path / "out.txt"
+    job_id = sandbox.sbatch("--gres=gpu:v100:1", "-p", "gpu", "-o", str(out), str(script))
+    fields = sandbox.wait_job(job_id)
+    assert fields["JobState"] == "COMPLETED", fields
+
+    env = _output(out)
+    node = fields["NodeList"]
+    # gres.conf lists A100s at indices 0-1 and V100s at 2-3 (no device cgroup: global index).
+    assert env["CUDA_VISIBLE_DEVICES"] in {"2", "3"}
+    assert env["SLURM_JOB_GPUS"] == env["CUDA_VISIBLE_DEVICES"]
+    # The TaskProlog's export lines reached the batch step: it sees the stand-in GPUs.
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == str(sandbox.layout.lib_dir)
+    assert env["FAKE_NVML_SCENARIO"] == str(sandbox.layout.scenario(node))
+    assert Path(env["FAKE_NVML_SCENARIO"]).is_file()
+
+    # sacct gets the record from slurmctld through slurmdbd shortly after the job ends.
+    deadline = time.monotonic() + 20
+    while True:
+        tres = sandbox.run("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AllocTRES").strip()
+        if "gres/gpu" in tres or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert "gres/gpu:v100=1" in tres.split(","), tres
+    assert "gres/gpu:a100" not in tres
+
+    # The clusterjob Prolog ran for this job and logged its verdict as one JSON line.
+    records = [json.loads(ln) for ln in sandbox.layout.prolog_log.read_text().splitlines()]
+    mine = [r for r in records if r.get("job_id") == job_id]
+    assert mine, f"no Prolog record for job {job_id} in {sandbox.layout.prolog_log}"
+    assert mine[-1]["node"] == node
+    assert mine[-1]["outcome"] == "ok", mine[-1]
+
+
+def test_up_again_is_a_quick_no_op(sandbox: Sandbox) -> None:
+    started = time.monotonic()
+    proc = clusterjob_cli("sandbox", "up", env=sandbox.env)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - started < 15
+    assert "already up" in proc.stderr
+    assert f"export SLURM_CONF={sandbox.layout.slurm_conf}" in proc.stdout
+
+    st = clusterjob_cli("sandbox", "status", env=sandbox.env)
+    assert st.returncode == 0, st.stdout + st.stderr
+    assert "sandbox up" in st.stdout
+    assert "slurmd-h1" in st.stdout and "stopped" not in st.stdout
+
+
+def test_down_then_up(sandbox: Sandbox) -> None:
+    """Runs last in this file: the cluster is back up for whatever test comes next."""
+    hosts = Path("/etc/hosts")
+    assert HOSTS_MARKER in hosts.read_text()
+
+    down = clusterjob_cli("sandbox", "down", env=sandbox.env)
+    assert down.returncode == 0, down.stderr
+    st = clusterjob_cli("sandbox", "status", env=sandbox.env)
+    assert st.returncode == 1 and "sandbox stopped" in st.stdout, st.stdout
+    assert f"{HOSTS_MARKER} {sandbox.state_dir}" not in hosts.read_text()
+    again = clusterjob_cli("sandbox", "down", env=sandbox.env)
+    assert again.returncode == 0 and "nothing was running" in again.stderr
+
+    up = clusterjob_cli("sandbox", "up", env=sandbox.env)
+    assert up.returncode == 0, up.stderr
+    st = clusterjob_cli("sandbox", "status", env=sandbox.env)
+    assert st.returncode == 0 and "sandbox up" in st.stdout, st.stdout
+    assert f"{HOSTS_MARKER} {sandbox.state_dir}" in hosts.read_text()
