@@ -1,0 +1,578 @@
+"""prolog, task-prolog, preflight and gpus end to end: ``python -m clusterjob`` in a child,
+the unmodified pynvml over the stand-in libnvidia-ml.so.1, real site files. Exit codes and
+exact output lines are what slurmd, the job script and a person see."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from standin_fixtures import standin_library
+
+from clusterjob.sandbox.standin import StandinScenario, a100, h100, v100, write_scenario
+
+pytestmark = pytest.mark.nvml
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHONPATH = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+NODE = "gpu2"
+BUSES = ("0000:07:00.0", "0000:0b:00.0", "0000:48:00.0", "0000:4c:00.0")
+MIXED = ("A100", "A100", "V100", "V100")
+
+
+@pytest.fixture(scope="module")
+def standin_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return standin_library(tmp_path_factory)
+
+
+def site_yaml(
+    models: tuple[str, ...] = MIXED,
+    *,
+    on_error: str = "drain",
+    deadline: float = 10,
+    log: str = "/nonexistent/prolog.jsonl",
+    nodes: str = "gpu[1-2]",
+    buses: tuple[str, ...] = BUSES,
+) -> str:
+    gpus = "\n".join(
+        f'      - {{model: {m}, bus_id: "{b}"}}' for m, b in zip(models, buses, strict=True)
+    )
+    return f"""\
+site: lab-test
+cluster_name: lab-test
+gpu_request:
+  syntax: gres
+  type_required: true
+models:
+  A100:
+    aliases: [a100]
+    gres_type: a100
+    nvml_names: ["NVIDIA A100-SXM4-80GB"]
+    memory_gb: 80
+  V100:
+    aliases: [v100]
+    gres_type: v100
+    nvml_names: ["Tesla V100-SXM2-32GB"]
+    memory_gb: 32
+  H100:
+    aliases: [h100]
+    gres_type: h100
+    nvml_names: ["NVIDIA H100 80GB HBM3"]
+    memory_gb: 80
+partitions:
+  gpu:
+    nodes: "{nodes}"
+    default: true
+node_map:
+  - nodes: "{nodes}"
+    gpus:
+{gpus}
+prolog:
+  on_error: {on_error}
+  deadline_seconds: {deadline}
+  log: {log}
+"""
+
+
+class Node:
+    """One stand-in node: a trusted site file, a scenario, a log and a cache directory."""
+
+    def __init__(self, tmp: Path, lib_dir: Path) -> None:
+        self.tmp = tmp
+        self.lib_dir = lib_dir
+        self.etc = tmp / "etc"
+        self.etc.mkdir(mode=0o755, exist_ok=True)
+        self.site = self.etc / "site.yaml"
+        self.log = tmp / "log" / "prolog.jsonl"
+        self.cache = tmp / "cache"
+        self.scenario_path = tmp / "scenario.txt"
+
+    def setup(self, scenario: StandinScenario, **site_kw: object) -> Node:
+        site_kw.setdefault("log", str(self.log))
+        self.site.write_text(site_yaml(**site_kw))  # type: ignore[arg-type]
+        self.site.chmod(0o644)
+        write_scenario(self.scenario_path, scenario)
+        return self
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        full = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": PYTHONPATH,
+            "LD_LIBRARY_PATH": str(self.lib_dir),
+            "FAKE_NVML_SCENARIO": str(self.scenario_path),
+            "SLURMD_NODENAME": NODE,
+            "SLURM_JOB_ID": "1234",
+            **(env or {}),
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "clusterjob", *args],
+            env=full,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def prolog(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return self.run(
+            "prolog", "--site", str(self.site), "--cache-dir", str(self.cache), *extra, env=env
+        )
+
+    def log_records(self) -> list[dict]:
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+
+@pytest.fixture
+def node(tmp_path: Path, standin_lib: Path) -> Node:
+    return Node(tmp_path, standin_lib.parent)
+
+
+def mixed(**per_gpu: dict) -> StandinScenario:
+    """The good mixed node: A100, A100, V100, V100 in bus order; per_gpu overrides by index."""
+    makers = (a100, a100, v100, v100)
+    return StandinScenario(
+        gpus=tuple(
+            makers[i](b, i, node=NODE, **per_gpu.get(str(i), {})) for i, b in enumerate(BUSES)
+        )
+    )
+
+
+SWAPPED = StandinScenario(
+    gpus=(
+        a100(BUSES[0], 0, node=NODE),
+        v100(BUSES[1], 1, node=NODE),
+        a100(BUSES[2], 2, node=NODE),
+        v100(BUSES[3], 3, node=NODE),
+    )
+)
+SWAP_LINE = (
+    "gpu2: slot 1 (0000:0b:00.0): expected A100, found Tesla V100-SXM2-32GB (V100) -- "
+    "boards swapped or node map wrong"
+)
+
+
+# -- prolog ------------------------------------------------------------------------------
+
+
+def test_prolog_good_node_passes_and_logs(node: Node) -> None:
+    node.setup(mixed())
+    done = node.prolog(env={"SLURM_JOB_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "2,3"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    (rec,) = node.log_records()
+    assert (rec["node"], rec["job_id"], rec["outcome"], rec["action"]) == (
+        NODE,
+        "1234",
+        "ok",
+        "pass",
+    )
+    assert rec["findings"] == []
+
+
+def test_prolog_swapped_boards_drain_with_one_line(node: Node) -> None:
+    node.setup(SWAPPED)
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"clusterjob prolog: model-mismatch: {SWAP_LINE} (+1 more error(s))"
+    ]
+    (rec,) = node.log_records()
+    assert (rec["outcome"], rec["action"], rec["reason"]) == ("failed", "drain", SWAP_LINE)
+    assert [f["check_id"] for f in rec["findings"]] == ["model-mismatch", "model-mismatch"]
+
+
+def test_prolog_log_flag_overrides_policy(node: Node) -> None:
+    node.setup(mixed())
+    other = node.tmp / "elsewhere" / "p.jsonl"
+    assert node.prolog("--log", str(other)).returncode == 0
+    assert len(other.read_text().splitlines()) == 1
+    assert not node.log.exists()
+
+
+def test_prolog_env_does_not_redirect_config(node: Node) -> None:
+    """CLUSTERJOB_SITE names a config under which the node would pass; it must be ignored."""
+    node.setup(SWAPPED)
+    passing = node.tmp / "user" / "site.yaml"
+    passing.parent.mkdir()
+    passing.write_text(site_yaml(("A100", "V100", "A100", "V100"), log=str(node.log)))
+    done = node.prolog(env={"CLUSTERJOB_SITE": str(passing)})
+    assert done.returncode == 1
+    assert "model-mismatch" in done.stderr
+
+
+def test_prolog_invalid_config_drains_naming_the_file(node: Node) -> None:
+    node.setup(mixed())
+    node.site.write_text(node.site.read_text().replace("syntax: gres", "syntax: gress"))
+    done = node.prolog()
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"clusterjob prolog: gpu2: GPUs not checked: site config: {node.site}:")
+    assert line.endswith("-- draining (on_error=drain, site policy unknown)")
+
+
+def test_prolog_refuses_user_writable_cache_dir(node: Node) -> None:
+    node.setup(mixed())
+    node.cache.mkdir(mode=0o777)
+    node.cache.chmod(0o777)
+    done = node.prolog()
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"clusterjob prolog: gpu2: GPUs not checked: site config: refusing {node.cache}: "
+        f"directory {node.cache} is group/world-writable (mode 0777) -- draining "
+        "(on_error=drain, site policy unknown)"
+    ]
+
+
+def test_prolog_unmapped_node_passes_with_warning(node: Node) -> None:
+    node.setup(mixed(), nodes="gpu[7-8]")
+    done = node.prolog()
+    assert done.returncode == 0
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: warning: node-unmapped: gpu2: not in the site's node map -- only "
+        "the job's own request and GPU health are checked (4 GPU(s) found)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "line"),
+    [
+        (
+            mixed(**{"2": {"lost_after_calls": 2}}),  # handle and bus ID read, then lost
+            "gpu-lost: gpu2: slot 2 (0000:48:00.0): NVML says GPU is lost -- reset or reboot "
+            "the node",
+        ),
+        (
+            mixed(**{"0": {"ecc_uncorrectable": 4}}),
+            "ecc-uncorrectable: gpu2: slot 0 (0000:07:00.0): NVIDIA A100-SXM4-80GB: 4 "
+            "uncorrectable ECC error(s) since the last reset",
+        ),
+        (
+            mixed(**{"0": {"remapped_failure": True}}),
+            "row-remap-failure: gpu2: slot 0 (0000:07:00.0): NVIDIA A100-SXM4-80GB: row "
+            "remapping failed -- the GPU needs service",
+        ),
+        (
+            mixed(**{"0": {"mig_pending": True}}),
+            "mig-pending: gpu2: slot 0 (0000:07:00.0): NVIDIA A100-SXM4-80GB: MIG mode is "
+            "off, on pending a GPU reset",
+        ),
+        (
+            StandinScenario(gpus=mixed().gpus[:2] + mixed().gpus[3:]),
+            "gpu-count: gpu2: expected 4 GPU(s), found 3 (+1 more error(s))",
+        ),
+    ],
+    ids=["lost", "ecc", "remap-failure", "mig-pending", "missing"],
+)
+def test_prolog_unhealthy_gpu_drains(node: Node, scenario: StandinScenario, line: str) -> None:
+    node.setup(scenario)
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"clusterjob prolog: {line}"]
+
+
+def test_prolog_gpu_lost_before_bus_id_drains_even_with_on_error_pass(node: Node) -> None:
+    node.setup(mixed(**{"2": {"lost_after_calls": 0}}), on_error="pass")
+    done = node.prolog()
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: gpu-lost: gpu2: GPU at NVML index 2 is lost (fell off the bus) "
+        "before its PCI bus ID could be read: check dmesg for Xid 79, then reset the GPU or "
+        "reboot the node"
+    ]
+    (rec,) = node.log_records()
+    assert (rec["outcome"], rec["action"]) == ("failed", "drain")
+
+
+def test_prolog_minor_mismatch_on_allocated_gpu_drains(node: Node) -> None:
+    node.setup(mixed(**{"0": {"minor": 1}, "1": {"minor": 0}}))
+    done = node.prolog(env={"SLURM_JOB_GPUS": "1"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: gres-index: gpu2: slot 1 (0000:0b:00.0): GRES index 1 is "
+        "/dev/nvidia0 (minor 0) -- with gres.conf File=/dev/nvidia1 this slot's job gets "
+        "another GPU; use AutoDetect=nvml or list File= in bus order"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("on_error", "rc", "line"),
+    [
+        (
+            "drain",
+            1,
+            "clusterjob prolog: gpu2: GPUs not checked: NVML: NVIDIA driver is not loaded on "
+            "this node (NVML: Driver Not Loaded): check 'lsmod | grep nvidia' and dmesg, or "
+            "load it with 'modprobe nvidia' -- draining (on_error=drain)",
+        ),
+        (
+            "pass",
+            0,
+            "clusterjob prolog: warning: gpu2: GPUs not checked: NVML: NVIDIA driver is not "
+            "loaded on this node (NVML: Driver Not Loaded): check 'lsmod | grep nvidia' and "
+            "dmesg, or load it with 'modprobe nvidia' -- passing (on_error=pass)",
+        ),
+    ],
+)
+def test_prolog_nvml_unavailable_follows_policy(
+    node: Node, on_error: str, rc: int, line: str
+) -> None:
+    node.setup(StandinScenario(init_error="driver_not_loaded"), on_error=on_error)
+    done = node.prolog()
+    assert done.returncode == rc
+    assert done.stderr.splitlines() == [line]
+    (rec,) = node.log_records()
+    assert (rec["outcome"], rec["error"]) == ("error", "driver_not_loaded")
+
+
+@pytest.mark.parametrize(("on_error", "rc"), [("drain", 1), ("pass", 0)])
+def test_prolog_hung_gpu_ends_within_deadline(node: Node, on_error: str, rc: int) -> None:
+    node.setup(mixed(**{"1": {"hang_seconds": 60}}), on_error=on_error, deadline=2)
+    start = time.monotonic()
+    done = node.prolog()
+    elapsed = time.monotonic() - start
+    assert done.returncode == rc
+    assert elapsed < 8, f"prolog took {elapsed:.1f}s with a 2s deadline"
+    verb = "draining" if on_error == "drain" else "passing"
+    warn = "warning: " if on_error == "pass" else ""
+    assert done.stderr.splitlines() == [
+        f"clusterjob prolog: {warn}gpu2: GPUs not checked: NVML: NVML did not answer within "
+        f"2s: a GPU or the NVIDIA driver is hung (look for Xid errors in dmesg) -- {verb} "
+        f"(on_error={on_error})"
+    ]
+
+
+def test_prolog_deadline_flag_overrides_policy(node: Node) -> None:
+    node.setup(mixed(**{"0": {"hang_seconds": 60}}), deadline=30)
+    start = time.monotonic()
+    done = node.prolog("--deadline", "1")
+    assert time.monotonic() - start < 6
+    assert done.returncode == 1
+    assert "did not answer within 1s" in done.stderr
+
+
+def test_prolog_warm_cache_path_is_stdlib_only(node: Node) -> None:
+    node.setup(mixed())
+    assert node.prolog().returncode == 0  # fills the cache
+    code = (
+        "import sys\n"
+        "from clusterjob.__main__ import main\n"
+        f"rc = main(['prolog', '--site', {str(node.site)!r}, '--cache-dir', "
+        f"{str(node.cache)!r}])\n"
+        "mods = ('typer', 'click', 'rich', 'jinja2', 'ruamel', 'hostlist')\n"
+        "print(rc, sorted(m for m in sys.modules if m.split('.')[0] in mods))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": PYTHONPATH,
+            "LD_LIBRARY_PATH": str(node.lib_dir),
+            "FAKE_NVML_SCENARIO": str(node.scenario_path),
+            "SLURMD_NODENAME": NODE,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout.splitlines() == ["0 []"], done.stderr
+
+
+# -- task prolog over NVML (UUIDs in CUDA_VISIBLE_DEVICES) -----------------------------
+
+
+def test_task_prolog_orders_uuids_by_bus(node: Node) -> None:
+    node.setup(mixed())
+    u = [g.uuid for g in mixed().gpus]
+    done = node.run("task-prolog", env={"CUDA_VISIBLE_DEVICES": f"{u[3]},{u[1]}"})
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == [
+        "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        f"export CUDA_VISIBLE_DEVICES={u[1]},{u[3]}",
+    ]
+
+
+# -- preflight ---------------------------------------------------------------------------
+
+
+def preflight_env(node: Node, **kw: str) -> dict[str, str]:
+    return {"CLUSTERJOB_SITE": str(node.site), "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **kw}
+
+
+TABLE_HEAD = "SLOT  BUS ID        EXPECTED  FOUND                         STATUS"
+
+
+def test_preflight_good_mixed_allocation(node: Node) -> None:
+    node.setup(mixed())
+    done = node.run(
+        "preflight",
+        env=preflight_env(
+            node,
+            SLURM_JOB_GPUS="1,2",
+            CUDA_VISIBLE_DEVICES="1,2",
+            CLUSTERJOB_EXPECT_COUNT="2",
+        ),
+    )
+    assert (done.returncode, done.stdout) == (0, "")
+    assert done.stderr.splitlines() == [
+        TABLE_HEAD,
+        "0     0000:07:00.0  A100      NVIDIA A100-SXM4-80GB (A100)  ok",
+        "1*    0000:0b:00.0  A100      NVIDIA A100-SXM4-80GB (A100)  ok",
+        "2*    0000:48:00.0  V100      Tesla V100-SXM2-32GB (V100)   ok",
+        "3     0000:4c:00.0  V100      Tesla V100-SXM2-32GB (V100)   ok",
+        "preflight gpu2: OK (4 GPU slot(s))",
+    ]
+
+
+def test_preflight_wrong_model_allocated(node: Node) -> None:
+    node.setup(mixed())
+    done = node.run(
+        "preflight",
+        env=preflight_env(
+            node,
+            SLURM_JOB_GPUS="0,1",
+            CUDA_VISIBLE_DEVICES="0,1",
+            CLUSTERJOB_EXPECT_MODEL="V100",
+            CLUSTERJOB_EXPECT_COUNT="2",
+        ),
+    )
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert lines[1:5] == [
+        "0*    0000:07:00.0  A100      NVIDIA A100-SXM4-80GB (A100)  alloc-model",
+        "1*    0000:0b:00.0  A100      NVIDIA A100-SXM4-80GB (A100)  alloc-model",
+        "2     0000:48:00.0  V100      Tesla V100-SXM2-32GB (V100)   ok",
+        "3     0000:4c:00.0  V100      Tesla V100-SXM2-32GB (V100)   ok",
+    ]
+    assert lines[5:] == [
+        "error: alloc-model: gpu2: slot 0 (0000:07:00.0): job asked for V100, was given "
+        "NVIDIA A100-SXM4-80GB (A100)",
+        "error: alloc-model: gpu2: slot 1 (0000:0b:00.0): job asked for V100, was given "
+        "NVIDIA A100-SXM4-80GB (A100)",
+        "clusterjob: error: preflight gpu2: FAILED (2 error(s), 0 warning(s))",
+    ]
+
+
+def test_preflight_cgroup_renumbered_and_flags(node: Node) -> None:
+    node.setup(mixed())
+    done = node.run(
+        "preflight",
+        "--expect-model",
+        "v100",
+        "--expect-count",
+        "2",
+        env=preflight_env(node, SLURM_JOB_GPUS="2,3", CUDA_VISIBLE_DEVICES="0,1"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == "preflight gpu2: OK (4 GPU slot(s))"
+
+
+def test_preflight_cuda_order(node: Node) -> None:
+    node.setup(mixed())
+    env = preflight_env(node, SLURM_JOB_GPUS="1,2", CUDA_VISIBLE_DEVICES="1,2")
+    del env["CUDA_DEVICE_ORDER"]
+    done = node.run("preflight", env=env)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-2:] == [
+        "error: cuda-order: gpu2: job has mixed GPUs (NVIDIA A100-SXM4-80GB, Tesla "
+        "V100-SXM2-32GB) and CUDA_DEVICE_ORDER is unset (FASTEST_FIRST) -- CUDA index i is "
+        "not GRES index i; export CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        "clusterjob: error: preflight gpu2: FAILED (1 error(s), 0 warning(s))",
+    ]
+
+
+def test_preflight_json(node: Node) -> None:
+    node.setup(SWAPPED)
+    done = node.run("preflight", "--json", env=preflight_env(node, SLURM_JOB_GPUS="0"))
+    assert done.returncode == 1
+    data = json.loads(done.stdout)
+    assert data["ok"] is False
+    assert data["allocated_slots"] == [0]
+    assert [f["check_id"] for f in data["findings"]] == ["model-mismatch", "model-mismatch"]
+    assert data["findings"][0]["message"] == SWAP_LINE
+    assert done.stderr.splitlines() == [
+        "clusterjob: error: preflight gpu2: FAILED (2 error(s), 0 warning(s))"
+    ]
+
+
+H100_BUSES = tuple(f"0000:{0x18 + 0x10 * i:02x}:00.0" for i in range(8))
+
+
+def test_preflight_8_gpu_h100_node(node: Node) -> None:
+    scenario = StandinScenario(gpus=tuple(h100(b, i, node=NODE) for i, b in enumerate(H100_BUSES)))
+    node.setup(scenario, models=("H100",) * 8, buses=H100_BUSES)
+    done = node.run(
+        "preflight",
+        env=preflight_env(
+            node, SLURM_JOB_GPUS="0-7", CLUSTERJOB_EXPECT_MODEL="H100", CLUSTERJOB_EXPECT_COUNT="8"
+        ),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == "SLOT  BUS ID        EXPECTED  FOUND                         STATUS"
+    assert lines[8] == "7*    0000:88:00.0  H100      NVIDIA H100 80GB HBM3 (H100)  ok"
+    assert lines[9:] == ["preflight gpu2: OK (8 GPU slot(s))"]
+
+
+def test_preflight_8_gpu_h100_node_one_fallen_off(node: Node) -> None:
+    gpus = tuple(h100(b, i, node=NODE) for i, b in enumerate(H100_BUSES) if i != 5)
+    node.setup(StandinScenario(gpus=gpus), models=("H100",) * 8, buses=H100_BUSES)
+    done = node.run("preflight", env=preflight_env(node, SLURM_JOB_GPUS="0-3"))
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-3:] == [
+        "error: gpu-count: gpu2: expected 8 GPU(s), found 7",
+        "error: gpu-missing: gpu2: slot 5 (0000:68:00.0): expected H100, found nothing -- GPU "
+        "missing or fallen off the bus",
+        "clusterjob: error: preflight gpu2: FAILED (2 error(s), 0 warning(s))",
+    ]
+
+
+def test_preflight_nvml_unavailable_exit_5(node: Node) -> None:
+    node.setup(StandinScenario(init_error="driver_not_loaded"))
+    done = node.run("preflight", env=preflight_env(node))
+    assert done.returncode == 5
+    assert done.stderr.splitlines() == [
+        "clusterjob: error: NVIDIA driver is not loaded on this node (NVML: Driver Not "
+        "Loaded): check 'lsmod | grep nvidia' and dmesg, or load it with 'modprobe nvidia'"
+    ]
+
+
+def test_preflight_unknown_model_is_usage_error(node: Node) -> None:
+    node.setup(mixed())
+    done = node.run("preflight", "--expect-model", "K80", env=preflight_env(node))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "clusterjob: error: unknown GPU model 'K80' (site models: A100, H100, V100)"
+    ]
+
+
+# -- gpus --------------------------------------------------------------------------------
+
+
+def test_gpus_table(node: Node) -> None:
+    scenario = mixed(**{"2": {"ecc_uncorrectable": 2}})
+    node.setup(scenario)
+    done = node.run("gpus")
+    assert (done.returncode, done.stderr) == (0, "")
+    u = [g.uuid for g in scenario.gpus]
+    assert done.stdout.splitlines() == [
+        "INDEX  BUS ID        NAME                   MEMORY  MINOR  UUID" + " " * 38 + "HEALTH",
+        f"0      0000:07:00.0  NVIDIA A100-SXM4-80GB  80 GiB  0      {u[0]}  ok",
+        f"1      0000:0b:00.0  NVIDIA A100-SXM4-80GB  80 GiB  1      {u[1]}  ok",
+        f"2      0000:48:00.0  Tesla V100-SXM2-32GB   32 GiB  2      {u[2]}  ecc:2",
+        f"3      0000:4c:00.0  Tesla V100-SXM2-32GB   32 GiB  3      {u[3]}  ok",
+        "driver 550.54.15, CUDA 12.4, 4 GPU(s)",
+    ]
+
+
+def test_gpus_json(node: Node) -> None:
+    node.setup(mixed())
+    done = node.run("gpus", "--json")
+    assert done.returncode == 0
+    data = json.loads(done.stdout)
+    assert [g["bus_id"] for g in data["gpus"]] == list(BUSES)
