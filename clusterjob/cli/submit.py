@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from clusterjob.cli import app
-from clusterjob.errors import ClusterjobError, SiteNotFound, UsageError
+from clusterjob.errors import UsageError
 from clusterjob.render import render
 from clusterjob.request import JobRequest, resolve
 from clusterjob.site.model import Site
@@ -22,31 +22,18 @@ _OWN_OPTIONS = ("--gpus", "--model", "--nodes", "--partition", "--site", "--dry-
 
 
 def _cluster_name() -> str | None:
-    """This cluster's Slurm ClusterName, or None when Slurm cannot say (not a login node)."""
+    """This cluster's Slurm ClusterName; asked by discovery only when nothing else matched."""
     from clusterjob.slurm.commands import SlurmClient
 
-    try:
-        return SlurmClient().cluster_name()
-    except ClusterjobError:
-        return None
+    return SlurmClient().cluster_name()
 
 
 def load_site_for_submit(spec: str | None) -> Site:
     """The site named by ``--site`` (a name or a file), else the one discovery finds."""
+    from clusterjob.site.discovery import find_site
     from clusterjob.site.loader import load_site
 
-    try:
-        from clusterjob.site.discovery import find_site
-    except ImportError:  # discovery not in this tree yet: a site file still works
-        if spec and Path(spec).is_file():
-            return load_site(Path(spec))
-        raise SiteNotFound("site discovery is not available: pass --site FILE") from None
-    environ = dict(os.environ)
-    needs_cluster_name = spec is None and not environ.get("CLUSTERJOB_SITE")
-    found = find_site(
-        spec, environ=environ, cluster_name=_cluster_name() if needs_cluster_name else None
-    )
-    return found if isinstance(found, Site) else load_site(Path(found))
+    return load_site(find_site(spec, environ=os.environ, cluster_name=_cluster_name))
 
 
 @app.command(

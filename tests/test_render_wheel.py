@@ -1,0 +1,80 @@
+"""The built wheel renders jobs on its own: templates and example sites travel inside it.
+
+Slow-ish (a wheel build and a venv, ~10 s) but kept in the suite: an editable install or a
+source checkout would hide a template left out of the wheel. The venv sees the system's
+site-packages (jinja2, typer... without network) but gets clusterjob only from the wheel,
+installed non-editable, and runs from a directory outside the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = ("pyproject.toml", "README.md", "clusterjob", "templates", "site_configs")
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{cmd}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_wheel_renders_a_dry_run_outside_the_repository(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_"))}
+    assert (REPO / "README.md").is_file(), "pyproject.toml's readme README.md is missing"
+    # Build from a copy, so the build neither sees nor leaves anything in the working tree.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in SOURCES:
+        origin = REPO / name
+        if origin.is_dir():
+            shutil.copytree(origin, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif origin.exists():
+            shutil.copy2(origin, src / name)
+    dist = tmp_path / "dist"
+    _run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)],
+        src,
+        env,
+    )
+    (wheel,) = dist.glob("clusterjob-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "clusterjob/_data/templates/job.sh.j2" in names
+    assert "clusterjob/_data/site_configs/mllab.yaml" in names
+
+    venv = tmp_path / "venv"
+    _run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        tmp_path,
+        env,
+    )
+    py = venv / "bin" / "python"
+    pip_install = ["install", "--no-deps", "--no-index", "--no-compile", str(wheel)]
+    _run([sys.executable, "-m", "pip", "--python", str(py), *pip_install], tmp_path, env)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "train.py").write_text("print('training')\n")
+    where = _run([str(py), "-c", "import clusterjob; print(clusterjob.__file__)"], elsewhere, env)
+    installed = Path(where.strip())
+    assert installed.is_relative_to(venv), installed  # the wheel, not the checkout
+    assert not any(p.suffix == ".pth" for p in installed.parents[1].glob("*clusterjob*"))
+
+    out = _run(
+        [str(venv / "bin" / "clusterjob"), "submit", "--site", "hpccentre", "--gpus", "4",
+         "--model", "a100", "--dry-run", "train.py", "--lr", "3e-4"],
+        elsewhere,
+        env,
+    )  # fmt: skip
+    lines = out.splitlines()
+    assert "#SBATCH --gpus-per-node=nvidia_a100-sxm4-80gb:4" in lines
+    assert "#SBATCH --constraint=a100_80g" in lines
+    site_file = installed.parent / "_data" / "site_configs" / "hpccentre.yaml"
+    assert f"export CLUSTERJOB_SITE={site_file}" in lines
+    assert 'exec "$python" train.py --lr 3e-4' in lines
