@@ -81,6 +81,31 @@ def test_v100_job_sees_its_gpu_and_is_accounted(sandbox: Sandbox, tmp_path: Path
     assert mine[-1]["outcome"] == "ok", mine[-1]
 
 
+def test_failing_prolog_on_the_suspect_node_drains_it_and_holds_the_job(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """gpu3's V100s sit where the node map says A100s are: the Prolog fails, and Slurm 22.05
+    drains the node ("Prolog error") and requeues the job held."""
+    script = tmp_path / "env.sh"
+    script.write_text(ENV_SCRIPT)
+    job_id = sandbox.sbatch(
+        "-p", "suspect", "--gres=gpu:v100:1", "-o", str(tmp_path / "out.txt"), str(script)
+    )
+    try:
+        fields = sandbox.wait_job(job_id)
+        assert fields["JobState"] == "PENDING", fields
+        assert fields["Reason"] == "launch_failed_requeued_held", fields
+        node = sandbox.node("gpu3")
+        assert "DRAIN" in node["State"], node
+        assert node["Reason"].startswith("Prolog error"), node
+        log = sandbox.layout.log_dir / "slurmd-gpu3.log"
+        assert "prolog failed: rc:1 output:clusterjob prolog: model-mismatch" in log.read_text()
+        assert not (tmp_path / "out.txt").exists()  # the job script never ran
+    finally:
+        sandbox.run("scancel", job_id)
+        sandbox.resume("gpu3")
+
+
 def test_up_again_is_a_quick_no_op(sandbox: Sandbox) -> None:
     started = time.monotonic()
     proc = clusterjob_cli("sandbox", "up", env=sandbox.env)
