@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from clusterjob.errors import RegistryError, UsageError
 
@@ -93,11 +94,10 @@ class JobRecord:
 _COLUMNS = tuple(f.name for f in fields(JobRecord))
 
 
-@dataclass(frozen=True)
-class StateUpdate:
-    """What a status query learned about one job."""
+class StateUpdate(NamedTuple):
+    """What a status query learned about the job submitted with ``token``."""
 
-    job_id: str
+    token: str
     cluster: str
     state: str
     reason: str | None = None
@@ -206,12 +206,14 @@ class Registry:
             return
         with self._connect(write=True) as conn:
             conn.executemany(
-                "UPDATE jobs SET state = ?, reason = ?, exit_code = COALESCE(?, exit_code), "
+                "UPDATE jobs SET cluster = CASE cluster WHEN '' THEN ? ELSE cluster END, "
+                "state = ?, reason = ?, exit_code = COALESCE(?, exit_code), "
                 "nodes = COALESCE(?, nodes), stdout_path = COALESCE(?, stdout_path), "
                 "stderr_path = COALESCE(?, stderr_path), state_checked_at = ? "
-                "WHERE job_id = ? AND cluster = ?",
+                "WHERE token = ?",
                 [
                     (
+                        u.cluster,
                         u.state,
                         u.reason,
                         u.exit_code,
@@ -219,8 +221,7 @@ class Registry:
                         u.stdout_path,
                         u.stderr_path,
                         checked_at,
-                        u.job_id,
-                        u.cluster,
+                        u.token,
                     )
                     for u in updates
                 ],

@@ -31,6 +31,12 @@ TRANSIENT_MARKERS = (
     "Communication connection failure",
 )
 
+# stderr fragments that mean "no Slurm config here": retrying cannot help.
+NO_CONFIG_MARKERS = (
+    "Could not establish a configuration source",
+    "Unable to process configuration file",
+)
+
 DEFAULT_TIMEOUT = 30.0  # one attempt; Slurm clients wait MessageTimeout (10 s) per RPC try
 DEFAULT_RETRY_WINDOW = 60.0  # overall deadline when the caller retries without giving one
 
@@ -172,6 +178,14 @@ class Runner:
             raise SlurmUnavailable(cmd, None, f"{cmd[0]}: {exc.strerror or exc}") from None
         if result.returncode == 0:
             return result
+        if any(marker in result.stderr for marker in NO_CONFIG_MARKERS):
+            raise SlurmUnavailable(
+                cmd,
+                result.returncode,
+                result.stderr,
+                hint="this machine has no usable Slurm config: run on a login node of the "
+                "cluster, or point SLURM_CONF at the cluster's slurm.conf",
+            )
         if is_transient(result.stderr):
             return SlurmTransientError(cmd, result.returncode, result.stderr)
         return SlurmError(cmd, result.returncode, result.stderr or result.stdout)

@@ -1,0 +1,315 @@
+"""Typed Slurm operations on top of the one runner: each is one batched command.
+
+``SlurmClient`` is what the core (``clusterjob.jobs``) talks to. Tests build it with a
+``Runner`` around a fake ``exec``; production code uses ``SlurmClient()``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable
+from clusterjob.site.model import Site
+from clusterjob.slurm import parse
+from clusterjob.slurm.parse import (
+    AccountedJob,
+    ControlJob,
+    NodeRecord,
+    QueuedJob,
+    StartEstimate,
+    SubmittedJobId,
+)
+from clusterjob.slurm.runner import Runner
+
+COMMENT_PREFIX = "clusterjob:"  # render writes `#SBATCH --comment=clusterjob:<token>`
+SBATCH_TIMEOUT = 30.0  # one sbatch attempt: three MessageTimeouts of a busy controller
+SUBMIT_WINDOW = 120.0  # all sbatch attempts and token look-ups together
+QUERY_TIMEOUT = 30.0
+QUERY_WINDOW = 60.0
+
+
+def _ids(job_ids: Iterable[str]) -> list[str]:
+    return sorted(set(job_ids), key=lambda j: (len(j), j))
+
+
+def _invalid_job_id(exc: SlurmError) -> bool:
+    return "Invalid job id specified" in exc.stderr
+
+
+class SlurmClient:
+    """Slurm's commands as typed calls. One ``Runner`` counts and bounds every call."""
+
+    def __init__(self, runner: Runner | None = None) -> None:
+        self.runner = runner or Runner()
+
+    def _query(self, cmd: list[str], *, window: float = QUERY_WINDOW) -> str:
+        deadline = self.runner.clock() + window
+        return self.runner.run(cmd, timeout=QUERY_TIMEOUT, deadline=deadline, retry=True).stdout
+
+    # --- submission -----------------------------------------------------------------------
+
+    def sbatch_test_only(
+        self, script_path: str | Path, *, workdir: str | Path, site: Site | None = None
+    ) -> StartEstimate:
+        """``sbatch --test-only``: Slurm validates the job and estimates a start; no job."""
+        cmd = ["sbatch", "--test-only", f"--chdir={workdir}", str(script_path)]
+        try:
+            result = self.runner.run(
+                cmd,
+                timeout=SBATCH_TIMEOUT,
+                deadline=self.runner.clock() + QUERY_WINDOW,
+                retry=True,  # nothing is created, so retrying is always safe
+            )
+        except SlurmError as exc:
+            raise with_sbatch_hint(exc, site) from None
+        try:
+            return parse.parse_test_only(result.stderr + result.stdout)
+        except ValueError as exc:
+            raise SlurmError(cmd, result.returncode, str(exc)) from None
+
+    def sbatch(
+        self,
+        script_path: str | Path,
+        *,
+        token: str,
+        workdir: str | Path,
+        site: Site | None = None,
+        window: float = SUBMIT_WINDOW,
+    ) -> SubmittedJobId:
+        """Submit once, even when sbatch times out.
+
+        A timed-out sbatch may still have created the job (the controller read the request
+        and the reply was lost; seen on 22.05 with a stalled slurmctld). So before every
+        retry the job is looked up by its ``--comment`` token, twice with a pause between
+        (the controller may still be processing the request). Without a successful look-up
+        nothing is resubmitted.
+        """
+        cmd = ["sbatch", "--parsable", f"--chdir={workdir}", str(script_path)]
+        deadline = self.runner.clock() + window
+        attempt = 0
+        while True:
+            try:
+                result = self.runner.run(
+                    cmd, timeout=SBATCH_TIMEOUT, deadline=deadline, retry=False
+                )
+            except SlurmTransientError as exc:
+                last = exc
+            except SlurmError as exc:
+                raise with_sbatch_hint(exc, site) from None
+            else:
+                try:
+                    return parse.parse_job_id(result.stdout)
+                except ValueError as exc:
+                    raise SlurmError(cmd, result.returncode, str(exc)) from None
+            for look in range(2):
+                found = self._lookup_token(cmd, token, deadline, last)
+                if found is not None:
+                    return SubmittedJobId(found.job_id, found.cluster or None)
+                if look == 0:
+                    self.runner.sleep(self.runner.backoff(attempt, deadline - self.runner.clock()))
+            if self.runner.clock() >= deadline:
+                raise SlurmUnavailable(
+                    cmd,
+                    last.returncode,
+                    last.stderr,
+                    hint=f"no job was created (none has comment {COMMENT_PREFIX}{token}); "
+                    "it is safe to submit again later",
+                ) from last
+            attempt += 1
+
+    def _lookup_token(
+        self, cmd: list[str], token: str, deadline: float, cause: SlurmError
+    ) -> QueuedJob | None:
+        try:
+            found = self.find_jobs_by_comment(token, deadline=deadline)
+        except SlurmError as exc:
+            raise SlurmUnavailable(
+                cmd,
+                cause.returncode,
+                cause.stderr,
+                hint=f"sbatch may or may not have created the job and Slurm cannot be asked "
+                f"({exc.stderr.splitlines()[0] if exc.stderr else exc}); before submitting "
+                f"again, look for comment {COMMENT_PREFIX}{token} with "
+                "`squeue --me --Format=JobID,Comment`",
+            ) from exc
+        return found[0] if found else None
+
+    # --- queries --------------------------------------------------------------------------
+
+    def squeue_jobs(self, job_ids: Iterable[str]) -> list[QueuedJob]:
+        """Every listed job Slurm still holds in memory (pending, running, recently ended),
+        in ONE squeue call whatever the number of ids."""
+        return parse.parse_squeue(self.squeue_output(job_ids))
+
+    def squeue_output(self, job_ids: Iterable[str]) -> str:
+        """squeue's raw answer for ``squeue_jobs`` (what the status cache keeps)."""
+        ids = _ids(job_ids)
+        if not ids:
+            return ""
+        cmd = ["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}"]
+        cmd.append(f"--Format={parse.squeue_format()}")
+        try:
+            return self._query(cmd)
+        except SlurmError as exc:
+            if _invalid_job_id(exc):  # a lone unknown id is an error; several are not
+                return ""
+            raise
+
+    def find_jobs_by_comment(self, token: str, *, deadline: float | None = None) -> list[QueuedJob]:
+        """This user's jobs whose comment carries ``token``, oldest first."""
+        cmd = ["squeue", "--noheader", "--states=all", "--me"]
+        cmd.append(f"--Format={parse.squeue_format()}")
+        if deadline is None:
+            out = self._query(cmd)
+        else:
+            out = self.runner.run(
+                cmd,
+                timeout=QUERY_TIMEOUT,
+                deadline=max(deadline, self.runner.clock() + 1),
+                retry=True,
+            ).stdout
+        wanted = COMMENT_PREFIX + token
+        jobs = [j for j in parse.parse_squeue(out) if j.comment == wanted]
+        return sorted(jobs, key=lambda j: (len(j.job_id), j.job_id))
+
+    def find_job_by_comment(self, token: str) -> QueuedJob | None:
+        found = self.find_jobs_by_comment(token)
+        return found[0] if found else None
+
+    def sacct_jobs(self, job_ids: Iterable[str]) -> list[AccountedJob] | None:
+        """Finished (and other) jobs from accounting in ONE call; None without accounting."""
+        out = self.sacct_output(job_ids)
+        return None if out is None else parse.parse_sacct(out)
+
+    def sacct_output(self, job_ids: Iterable[str]) -> str | None:
+        ids = _ids(job_ids)
+        if not ids:
+            return ""
+        cmd = [
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            f"--delimiter={parse.DELIMITER}",
+            "--allocations",
+            f"--jobs={','.join(ids)}",
+            f"--format={parse.sacct_format()}",
+        ]
+        try:
+            return self._query(cmd)
+        except SlurmError as exc:
+            if "accounting storage is disabled" in (exc.stderr or "").lower():
+                return None
+            raise
+
+    def scontrol_job(self, job_id: str) -> ControlJob | None:
+        """The live record (expanded output paths, exit code); None once Slurm forgot it
+        (``MinJobAge`` after the end, 300 s by default)."""
+        try:
+            out = self._query(["scontrol", "show", "job", "-o", job_id])
+        except SlurmError as exc:
+            if _invalid_job_id(exc):
+                return None
+            raise
+        jobs = parse.parse_scontrol_jobs(out)
+        return jobs[0] if jobs else None
+
+    def job_output_paths(self, job_id: str) -> tuple[str | None, str | None] | None:
+        job = self.scontrol_job(job_id)
+        return None if job is None else (job.stdout, job.stderr)
+
+    def scancel(self, job_ids: Sequence[str]) -> None:
+        """Ask Slurm to cancel. scancel exits 0 even for unknown ids (22.05)."""
+        if job_ids:
+            self._query(["scancel", *job_ids])
+
+    def cluster_name(self) -> str:
+        """This cluster's ``ClusterName`` (site discovery matches it against site configs)."""
+        config = parse.parse_scontrol_config(self._query(["scontrol", "show", "config"]))
+        name = config.get("ClusterName")
+        if not name:
+            raise SlurmError(["scontrol", "show", "config"], 0, "no ClusterName in the config")
+        return name
+
+    def nodes(self, names: str | None = None) -> list[NodeRecord]:
+        """Nodes with Gres, GresUsed, State and Reason (``scontrol show node -o -d``)."""
+        cmd = ["scontrol", "show", "node", "-o", "-d"]
+        if names:
+            cmd.append(names)
+        return parse.parse_scontrol_nodes(self._query(cmd))
+
+
+# --- sbatch errors, explained with the site's own vocabulary --------------------------------
+
+
+def _gres_types(site: Site) -> str:
+    types = [f"{m.gres_type} ({m.name})" for m in site.models if m.gres_type]
+    return ", ".join(types) if types else "none configured"
+
+
+def _partitions(site: Site) -> str:
+    return ", ".join(p.name + (" (default)" if p.default else "") for p in site.partitions)
+
+
+def sbatch_hint(message: str, site: Site | None) -> str:
+    """A next step for a known sbatch error, naming what this site offers."""
+    m = message.casefold()
+    where = f" at site {site.name}" if site else ""
+    if "invalid generic resource" in m:
+        if site:
+            return (
+                f"the GPU request does not match a GRES type{where}; types here: "
+                f"{_gres_types(site)}; ask with --model instead of raw --gres"
+            )
+        return "the --gres/--gpus request is malformed or names an unknown GRES type"
+    if "must always specify a type" in m:
+        extra = f"; types here: {_gres_types(site)}" if site else ""
+        return f"this cluster requires a GPU type: pass --model{extra}"
+    if "requested node configuration is not available" in m:
+        extra = (
+            f"; GPU types{where}: {_gres_types(site)}; partitions: {_partitions(site)}"
+            if site
+            else ""
+        )
+        return (
+            "no node in the partition can ever satisfy this request (unknown GPU type, more "
+            f"GPUs/CPUs/memory per node than any node has){extra}"
+        )
+    if "invalid account" in m:
+        return (
+            "your user has no association with this account (or partition); list yours with "
+            "`sacctmgr show assoc user=$USER format=account,partition,qos`"
+        )
+    if "invalid partition" in m:
+        return f"partitions{where}: {_partitions(site)}" if site else "see `sinfo -s`"
+    if "invalid qos" in m:
+        return "list the QOS you may use with `sacctmgr show assoc user=$USER format=qos`"
+    if "time limit" in m and ("invalid" in m or "exceed" in m):
+        if site:
+            limits = ", ".join(f"{p.name}: {p.time_limit or 'none'}" for p in site.partitions)
+            return f"--time exceeds the partition limit ({limits})"
+        return "--time exceeds the partition's MaxTime (see `sinfo -o '%P %l'`)"
+    if "qosmaxgresperuser" in m or "maxgres" in m:
+        return "you already use as many GPUs as your QOS allows; wait or use fewer GPUs"
+    if "unable to open file" in m:
+        return "the job script is missing or unreadable"
+    return ""
+
+
+def with_sbatch_hint(exc: SlurmError, site: Site | None) -> SlurmError:
+    """The same error, with sbatch's own message and a site-aware hint."""
+    message = parse.sbatch_error_message(exc.stderr)
+    hint = sbatch_hint(message, site)
+    stderr = message if message else exc.stderr
+    new = type(exc)(exc.cmd, exc.returncode, stderr, hint=hint)
+    return new
+
+
+_TOKEN = re.compile(r"^#SBATCH\s+--comment[= ]\"?clusterjob:([0-9A-Za-z_-]+)", re.MULTILINE)
+
+
+def token_in_script(script: str) -> str | None:
+    """The submission token a rendered script carries in its ``--comment``."""
+    m = _TOKEN.search(script)
+    return m.group(1) if m else None

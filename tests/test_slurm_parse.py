@@ -1,0 +1,256 @@
+"""Parsers against output recorded from a real Slurm 22.05 (tests/fixtures/slurm/README.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from clusterjob.slurm import parse
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "job_id", "cluster"),
+    [
+        (fixture("sbatch_parsable.txt"), "11", None),
+        ("123;lab-a\n", "123", "lab-a"),
+        ("  7\n", "7", None),
+    ],
+)
+def test_parse_job_id(text: str, job_id: str, cluster: str | None) -> None:
+    assert parse.parse_job_id(text) == parse.SubmittedJobId(job_id, cluster)
+
+
+@pytest.mark.parametrize("text", ["", "\n", "Submitted batch job 12\n", "12;\n", "abc"])
+def test_parse_job_id_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse.parse_job_id(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "job_id", "start", "nodes", "partition"),
+    [
+        ("sbatch_test_only_now.stderr.txt", "1", datetime(2026, 11, 29, 16, 18, 15), "recn1",
+         "gpu"),
+        ("sbatch_test_only_sandbox.stderr.txt", "7", datetime(2026, 11, 29, 16, 26, 53), "gpu1",
+         "gpu"),
+        # Slurm's "never" while the nodes are busy with unlimited jobs: year 10194
+        ("sbatch_test_only_far_future.stderr.txt", "10", None, "recn1", "gpu"),
+    ],
+)  # fmt: skip
+def test_parse_test_only(name, job_id, start, nodes, partition) -> None:
+    estimate = parse.parse_test_only(fixture(name))
+    assert (estimate.job_id, estimate.start, estimate.nodes, estimate.partition) == (
+        job_id,
+        start,
+        nodes,
+        partition,
+    )
+    assert estimate.processors == 1
+
+
+def test_parse_test_only_rejects_an_error() -> None:
+    with pytest.raises(ValueError):
+        parse.parse_test_only(fixture("sbatch_err_partition.stderr.txt"))
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("sbatch_err_partition.stderr.txt", "Invalid partition name specified"),
+        ("sbatch_err_invalid_gres.stderr.txt", "Invalid generic resource (gres) specification"),
+        ("sbatch_err_bad_gres_type.stderr.txt", "Requested node configuration is not available"),
+        ("sbatch_err_socket_timeout.stderr.txt", "Socket timed out on send/recv operation"),
+        ("sbatch_err_missing_script.stderr.txt", "Unable to open file nothere.sh"),
+    ],
+)
+def test_sbatch_error_message(name: str, message: str) -> None:
+    assert parse.sbatch_error_message(fixture(name)) == message
+
+
+def test_parse_squeue_states_reasons_and_paths() -> None:
+    jobs = {j.job_id: j for j in parse.parse_squeue(fixture("squeue_jobs.txt"))}
+    assert sorted(jobs, key=int) == ["2", "3", "4", "5", "13", "15"]  # 99999 is not there
+    table = [
+        # id, state, reason, nodes
+        ("2", "COMPLETED", None, "recn1"),
+        ("3", "CANCELLED", None, "recn1"),
+        ("4", "RUNNING", None, "recn1"),
+        ("5", "FAILED", "BadConstraints", None),
+        ("13", "PENDING", "PartitionTimeLimit", None),
+        ("15", "PENDING", "Priority", None),
+    ]
+    for job_id, state, reason, nodes in table:
+        j = jobs[job_id]
+        assert (j.state, j.reason, j.nodes) == (state, reason, nodes), job_id
+    running = jobs["4"]
+    assert running.cluster == "recclu"
+    assert running.name == "sleeper"
+    assert running.comment == "clusterjob:toksleep"
+    assert running.tres_per_node == "gres:gpu:a100:2"
+    assert running.start == datetime(2026, 11, 29, 16, 18, 55)
+    assert running.stdout == "/tmp/cjrec/jobs/%x-%j.out"  # squeue does not expand it
+    assert running.stderr == "/tmp/cjrec/jobs/%x-%j.err"
+    assert jobs["13"].start is None  # N/A
+
+
+def test_parse_squeue_sandbox_recording() -> None:
+    jobs = {j.job_id: j for j in parse.parse_squeue(fixture("squeue_jobs_sandbox.txt"))}
+    assert jobs["3"].state == "FAILED" and jobs["3"].reason == "NonZeroExitCode"
+    assert jobs["6"].reason == "BeginTime"
+    assert {j.cluster for j in jobs.values()} == {"sandbox"}
+
+
+def test_parse_squeue_empty_and_malformed() -> None:
+    assert parse.parse_squeue("") == []
+    with pytest.raises(ValueError):
+        parse.parse_squeue("12|RUNNING|None\n")
+
+
+def test_parse_squeue_name_with_separator_stays_whole() -> None:
+    line = fixture("squeue_jobs.txt").splitlines()[0] + parse.DELIMITER + "more"
+    assert parse.parse_squeue(line)[0].name.endswith(parse.DELIMITER + "more")
+
+
+def test_squeue_format_matches_the_recorded_command() -> None:
+    fields = parse.squeue_format().split(",")
+    assert fields[0] == "JobID:0" + parse.DELIMITER
+    assert fields[-1] == "Name:0"
+    assert len(fields) == len(parse.SQUEUE_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("job_id", "state", "exit_code", "signal", "nodes", "reason"),
+    [
+        ("2", "COMPLETED", 0, 0, "gpu1", None),
+        ("3", "FAILED", 3, 0, "gpu1", None),
+        ("4", "CANCELLED", 0, 0, "gpu2", None),  # "CANCELLED by 0"
+    ],
+)
+def test_parse_sacct(job_id, state, exit_code, signal, nodes, reason) -> None:
+    jobs = {j.job_id: j for j in parse.parse_sacct(fixture("sacct_jobs.txt"))}
+    j = jobs[job_id]
+    assert (j.state, j.exit_code, j.signal, j.nodes, j.reason) == (
+        state,
+        exit_code,
+        signal,
+        nodes,
+        reason,
+    )
+    assert j.cluster == "sandbox"
+
+
+def test_parse_sacct_drops_steps_and_reads_pending() -> None:
+    with_steps = parse.parse_sacct(fixture("sacct_jobs_with_steps.txt"))
+    assert [j.job_id for j in with_steps] == ["2", "3", "4"]
+    assert "gres/gpu:a100=1" in (with_steps[0].alloc_tres or "")
+    pending = {j.job_id: j for j in parse.parse_sacct(fixture("sacct_pending.txt"))}
+    assert pending["12"].state == "PENDING"
+    assert pending["12"].start is None and pending["12"].nodes is None
+    assert pending["12"].reason == "BeginTime"
+
+
+@pytest.mark.parametrize(
+    ("name", "state", "reason", "exit_code", "signal", "stdout", "stderr"),
+    [
+        ("running", "RUNNING", None, 0, 0, "sleeper-3.out", "sleeper-3.err"),
+        ("pending", "PENDING", "Resources", 0, 0, "sleeper-4.out", "sleeper-4.err"),
+        ("completed", "COMPLETED", None, 0, 0, "hello-2.out", "hello-2.out"),
+        ("failed", "FAILED", "BadConstraints", 0, 1, "hello-5.out", "hello-5.out"),
+        ("cancelled", "CANCELLED", None, 0, 15, "sleeper-3.out", "sleeper-3.err"),
+    ],
+)
+def test_parse_scontrol_job(name, state, reason, exit_code, signal, stdout, stderr) -> None:
+    (job,) = parse.parse_scontrol_jobs(fixture(f"scontrol_show_job_{name}.txt"))
+    assert (job.state, job.reason, job.exit_code, job.signal) == (state, reason, exit_code, signal)
+    # scontrol expands the --output pattern %x-%j
+    assert (job.stdout, job.stderr) == (f"/tmp/cjrec/jobs/{stdout}", f"/tmp/cjrec/jobs/{stderr}")
+    assert job.work_dir == "/tmp/cjrec/jobs"
+    assert job.comment and job.comment.startswith("clusterjob:")
+    assert job.raw["AllocNode:Sid"].startswith("localhost:")
+
+
+def test_parse_scontrol_config_cluster_name() -> None:
+    config = parse.parse_scontrol_config(fixture("scontrol_show_config.txt"))
+    assert config["ClusterName"] == "recclu"
+    assert config["MinJobAge"] == "600 sec"
+
+
+@pytest.mark.parametrize(
+    ("name", "state", "flags", "gres_used", "reason"),
+    [
+        ("scontrol_show_node_mixed.txt", "MIXED", (), None, None),
+        (
+            "scontrol_show_node_detail_alloc.txt",
+            "MIXED",
+            (),
+            "gpu:a100:2(IDX:0-1),gpu:v100:0(IDX:N/A)",
+            None,
+        ),
+        (
+            "scontrol_show_node_detail_drain_alloc.txt",
+            "MIXED",
+            ("DRAIN",),
+            "gpu:a100:2(IDX:0-1),gpu:v100:0(IDX:N/A)",
+            "clusterjob: GPU 1 is V100, map says A100 [root@2026-11-29T16:21:50]",
+        ),
+        (
+            "scontrol_show_node_drain_invalid.txt",
+            "IDLE",
+            ("DRAIN", "INVALID_REG"),
+            None,
+            "Low socket*core*thread count, Low CPUs [root@2026-11-29T16:17:56]",
+        ),
+    ],
+)
+def test_parse_scontrol_nodes(name, state, flags, gres_used, reason) -> None:
+    (node,) = parse.parse_scontrol_nodes(fixture(name))
+    assert node.name == "recn1"
+    assert node.gres == "gpu:a100:2,gpu:v100:1"
+    assert (node.state, node.flags, node.gres_used, node.reason) == (
+        state,
+        flags,
+        gres_used,
+        reason,
+    )
+    assert node.drained == ("DRAIN" in flags)
+    assert node.partitions == ("gpu", "debug")
+    assert node.raw["OS"].startswith("Linux ")  # a value with spaces
+
+
+def test_scontrol_reason_may_contain_equals_signs() -> None:
+    line = "NodeName=n1 State=IDLE+DRAIN Gres=gpu:a100:4 Reason=clusterjob: slot=2 bus=0000:07:00.0"
+    (node,) = parse.parse_scontrol_nodes(line)
+    assert node.reason == "clusterjob: slot=2 bus=0000:07:00.0"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("/out/%x-%j.out", "/out/train-42.out"),
+        ("slurm-%j.out", "slurm-42.out"),
+        ("%u/%N/%5j.log", "ana/gpu1/00042.log"),
+        ("100%%-%A", "100%-42"),
+    ],
+)
+def test_expand_output_pattern(pattern: str, expected: str) -> None:
+    got = parse.expand_output_pattern(
+        pattern, job_id="42", name="train", user="ana", first_node="gpu1"
+    )
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("state", "final"),
+    [("CANCELLED by 0", True), ("COMPLETED", True), ("RUNNING", False), ("PENDING", False),
+     ("OUT_OF_MEMORY", True), ("REQUEUED", False), ("", False)],
+)  # fmt: skip
+def test_is_final(state: str, final: bool) -> None:
+    assert parse.is_final(state) is final
