@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,28 @@ def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
         check=False,
     )
     assert done.stdout.splitlines()[-1] == "LOADED []", done.stderr
+
+
+def test_prolog_hung_config_read_ends_at_deadline(conf_dir: Path, tmp_path: Path) -> None:
+    """A site file that blocks on read (a FIFO here; a hung mount in life) hits the alarm."""
+    fifo = conf_dir / "site.yaml"
+    os.mkfifo(fifo, 0o644)
+    start = time.monotonic()
+    done = cj(
+        "prolog",
+        "--site",
+        str(fifo),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--deadline",
+        "1",
+        "--log",
+        str(tmp_path / "p.jsonl"),
+        env={"SLURMD_NODENAME": "gpu2"},
+    )
+    assert time.monotonic() - start < 6
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: gpu2: GPUs not checked: no verdict within the 1s deadline "
+        "-- draining (on_error=drain, site policy unknown)"
+    ]

@@ -497,9 +497,9 @@ def run_checks(
     # -- health --------------------------------------------------------------------------
     slot_of_bus = {g.bus_id: s for s, g in slot_gpu.items() if g is not None}
     for gpu in physical:
-        s = slot_of_bus.get(gpu.bus_id)
-        given = None if allocated is None else (s is not None and s in allocated_set)
-        for f in _health(node, s, gpu, given):
+        at = slot_of_bus.get(gpu.bus_id)
+        given = None if allocated is None else (at is not None and at in allocated_set)
+        for f in _health(node, at, gpu, given):
             add(f)
 
     # -- the table -----------------------------------------------------------------------

@@ -74,8 +74,10 @@ def check_trusted(path: Path) -> None:
     path = Path(path)
     try:
         target = path.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
+    except OSError as exc:
         raise UntrustedConfig(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except RuntimeError as exc:  # a symlink loop
+        raise UntrustedConfig(f"{path}: cannot read: {exc}") from exc
     for depth, p in enumerate((target, *target.parents)):
         st = os.stat(p)
         kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
@@ -140,14 +142,14 @@ def read_inventory_isolated(timeout: float, *, deadline: float | None = None) ->
         finally:
             os._exit(0)
     os.close(wfd)
+    _READERS.add(pid)
     end = time.monotonic() + timeout
     chunks: list[bytes] = []
     try:
         while True:
             left = end - time.monotonic()
             if left <= 0 or not select.select([rfd], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                _reap(pid, block=False)
+                _kill_readers()
                 raise NvmlError(
                     "timeout",
                     f"NVML did not answer within {deadline or timeout:g}s: a GPU or the NVIDIA "
@@ -161,6 +163,7 @@ def read_inventory_isolated(timeout: float, *, deadline: float | None = None) ->
     finally:
         os.close(rfd)
     _reap(pid, block=True)
+    _READERS.discard(pid)
     try:
         payload = pickle.loads(b"".join(chunks))
     except Exception as exc:
@@ -169,6 +172,18 @@ def read_inventory_isolated(timeout: float, *, deadline: float | None = None) ->
         inventory: GpuInventory = payload[1]
         return inventory
     raise NvmlError(payload[1], payload[2])
+
+
+_READERS: set[int] = set()  # NVML reader children still running
+
+
+def _kill_readers() -> None:
+    """Leave no hung NVML reader behind (it may never return from the driver)."""
+    for pid in list(_READERS):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        _reap(pid, block=False)
+        _READERS.discard(pid)
 
 
 def _reap(pid: int, block: bool) -> None:
@@ -189,7 +204,7 @@ class _PrologRun:
     deadline_override: float | None
     started: float = field(default_factory=time.monotonic)
     policy: PrologPolicy | None = None
-    err: TextIO = sys.stderr
+    err: TextIO = field(default_factory=lambda: sys.stderr)
 
     @property
     def deadline(self) -> float:
@@ -206,6 +221,7 @@ class _PrologRun:
         signal.setitimer(signal.ITIMER_REAL, max(self.remaining(), 0.01) + 0.5)
 
     def _on_alarm(self, signum: int, frame: object) -> NoReturn:
+        _kill_readers()
         code = self.cannot_check(f"no verdict within the {self.deadline:g}s deadline", "timeout")
         self.err.flush()
         os._exit(code)
