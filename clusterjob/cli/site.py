@@ -1,3 +1,96 @@
 """Commands: site (registered on the app in clusterjob.cli)."""
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clusterjob.cli import site_app
+from clusterjob.site.model import Site
+
+SiteOption = Annotated[
+    str | None, typer.Option("--site", help="Site config: a file, or a site name.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _cluster_name() -> str | None:
+    """Slurm's ClusterName through the Slurm module, asked only when discovery needs it."""
+    try:
+        from clusterjob.slurm import cluster_name  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    result = cluster_name()
+    return result if isinstance(result, str) else None
+
+
+def _load(spec: str | None) -> Site:
+    from clusterjob.site.discovery import find_site
+    from clusterjob.site.loader import load_site
+
+    return load_site(find_site(spec, environ=os.environ, cluster_name=_cluster_name))
+
+
+@site_app.command("validate")
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Site YAML files to check.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Check site configs; print every problem as file:line: key: message (exit 2 on errors)."""
+    from clusterjob.site.admin import issue_record, validate_files
+
+    results = validate_files(files)
+    if as_json:
+        records = [
+            {
+                "file": str(path),
+                "ok": site is not None,
+                "issues": [issue_record(i) for i in issues],
+            }
+            for path, site, issues in results
+        ]
+        print(json.dumps(records, indent=2))
+    else:
+        for path, site, issues in results:
+            for issue in issues:
+                print(issue)
+            if site is not None:
+                print(
+                    f"{path}: ok (site {site.name}: {len(site.models)} models, "
+                    f"{len(site.partitions)} partitions, {len(site.node_map.nodes)} nodes)"
+                )
+    if any(site is None for _, site, _ in results):
+        raise typer.Exit(2)
+
+
+@site_app.command("show")
+def show(site: SiteOption = None, as_json: JsonOption = False) -> None:
+    """Show the site: models with aliases and GRES names, partitions and their GPUs."""
+    from clusterjob.site.admin import format_site, site_summary
+
+    loaded = _load(site)
+    if as_json:
+        print(json.dumps(site_summary(loaded), indent=2))
+    else:
+        print("\n".join(format_site(loaded)))
+
+
+@site_app.command("gres-conf")
+def gres_conf(
+    site: SiteOption = None,
+    device_prefix: Annotated[
+        str, typer.Option("--device-prefix", help="Device file prefix for File=.")
+    ] = "/dev/nvidia",
+) -> None:
+    """Print gres.conf lines and slurm.conf Gres= values generated from the node map."""
+    from clusterjob.site.admin import GRES_CONF_HEADER, gres_conf_lines, slurm_node_gres_lines
+
+    loaded = _load(site)
+    print("\n".join(GRES_CONF_HEADER))
+    print("\n".join(gres_conf_lines(loaded, device_prefix)))
+    print("\n# slurm.conf: add these Gres= values to the NodeName lines (GresTypes=gpu)")
+    print("\n".join(f"# {line}" for line in slurm_node_gres_lines(loaded)))
