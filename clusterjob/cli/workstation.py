@@ -1,0 +1,156 @@
+"""Command: run (registered on the app in clusterjob.cli): GPUs on a workstation without Slurm.
+
+``clusterjob run --gpus 2 --model A100 -- python train.py`` claims two free A100s of this
+machine and execs the command with CUDA_VISIBLE_DEVICES naming exactly them. (The module is
+not called ``run``: ``clusterjob.cli.run`` is the app's entry function and would shadow it.)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperCommand
+
+from clusterjob.cli import app
+from clusterjob.errors import SiteNotFound, UsageError
+from clusterjob.node.inventory import GpuInventory, read_inventory
+from clusterjob.site.model import Site
+from clusterjob.workstation import claims, launch, selection
+
+# Options of `run` that take a value; `--wait` takes one only when one follows.
+_VALUE_OPTIONS = ("--gpus", "--model", "-m", "--min-free-mem", "--site", "-s")
+_FLAG_OPTIONS = ("--allow-shared", "--help", "-h")
+WAIT_FOREVER = "forever"
+
+
+def fill_wait_value(args: list[str]) -> list[str]:
+    """Give a bare ``--wait`` the value ``forever`` so that ``--wait [TIMEOUT]`` parses.
+
+    Click has no optional option values through Typer; the run's own options are walked up to
+    ``--`` or the command's first word, and the command's own arguments are never touched.
+    """
+    out = list(args)
+    i = 0
+    while i < len(out):
+        arg = out[i]
+        if arg == "--" or not arg.startswith("-"):
+            break
+        if arg == "--wait":
+            following = out[i + 1] if i + 1 < len(out) else None
+            if following is None or not _looks_like_timeout(following):
+                out.insert(i + 1, WAIT_FOREVER)
+            i += 2
+        elif arg in _VALUE_OPTIONS:
+            i += 2
+        else:
+            i += 1  # a flag, --opt=value, or something click will reject itself
+    return out
+
+
+def _looks_like_timeout(text: str) -> bool:
+    try:
+        launch.parse_timeout(text)
+    except UsageError:
+        return False
+    return True
+
+
+class _RunCommand(TyperCommand):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, fill_wait_value(args))
+
+
+def _load_site(spec: str | None) -> Site | None:
+    """The site named by --site (file or name) or $CLUSTERJOB_SITE; None on a plain workstation."""
+    spec = spec or os.environ.get("CLUSTERJOB_SITE")
+    if not spec:
+        return None
+    from clusterjob.site.loader import load_site
+
+    if Path(spec).is_file():
+        return load_site(Path(spec))
+    try:
+        from clusterjob.site.discovery import find_site  # type: ignore[import-not-found]
+    except ImportError:
+        raise SiteNotFound(f"--site {spec!r}: no such file") from None
+    found: Any = find_site(spec, environ=dict(os.environ), cluster_name=None)
+    return found if isinstance(found, Site) else load_site(Path(found))
+
+
+def _node_names() -> tuple[str, ...]:
+    full = socket.gethostname()
+    return (full.split(".")[0], full)
+
+
+@app.command(
+    cls=_RunCommand,
+    context_settings={"allow_interspersed_args": False},
+    no_args_is_help=True,
+)
+def run(
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="-- CMD [ARGS]...", help="The command to run, after '--'.", show_default=False
+        ),
+    ],
+    gpus: Annotated[int, typer.Option("--gpus", help="How many GPUs.")] = 1,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="GPU model or alias, e.g. A100, 3090.")
+    ] = None,
+    min_free_mem: Annotated[
+        str | None,
+        typer.Option("--min-free-mem", help="Free memory each GPU needs, e.g. 20G."),
+    ] = None,
+    allow_shared: Annotated[
+        bool,
+        typer.Option("--allow-shared", help="Accept GPUs with running processes (fewest first)."),
+    ] = False,
+    wait: Annotated[
+        str | None,
+        typer.Option(
+            "--wait",
+            metavar="[TIMEOUT]",
+            help="Queue until the GPUs are free (first come, first served); "
+            "TIMEOUT e.g. 600, 10m, 2h.",
+        ),
+    ] = None,
+    site: Annotated[
+        str | None,
+        typer.Option("--site", "-s", help="Site YAML (or name) describing this machine."),
+    ] = None,
+) -> None:
+    """Run COMMAND on free GPUs of one model of this machine (no Slurm needed)."""
+    request = selection.GpuRequest(
+        count=gpus,
+        model=model,
+        min_free_mem=selection.parse_size(min_free_mem) if min_free_mem else None,
+        allow_shared=allow_shared,
+    )
+    timeout = launch.parse_timeout(None if wait == WAIT_FOREVER else wait)
+    the_site = _load_site(site)
+    node_names = _node_names()
+
+    def catalog_for(inventory: GpuInventory) -> selection.ModelCatalog:
+        if the_site is None:
+            return selection.builtin_catalog()
+        return selection.site_catalog(the_site, node_names, inventory)
+
+    def read() -> GpuInventory:
+        return read_inventory(timeout=launch.NVML_TIMEOUT)
+
+    acquired = launch.acquire_gpus(
+        request,
+        command,
+        catalog_for,
+        read,
+        lock_dir=claims.default_lock_dir(),
+        wait=wait is not None,
+        timeout=timeout,
+    )
+    env = launch.command_environment(acquired, os.environ)
+    launch.exec_command(acquired, command, env)
