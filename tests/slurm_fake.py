@@ -1,0 +1,158 @@
+"""A small stateful stand-in for Slurm's commands, for unit tests of the slurm/jobs layer.
+
+It speaks the exact formats clusterjob asks for (``parse.squeue_format()`` and friends), so
+the real parsers run on its output. It also owns a virtual clock: the runner's sleeps and
+timed-out commands advance it, so retry tests take no real time. The real Slurm is
+exercised in tests/test_jobs_slurm.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from clusterjob.slurm import parse
+from clusterjob.slurm.commands import SlurmClient, token_in_script
+from clusterjob.slurm.runner import Runner, SlurmResult
+
+NO_CONTROLLER = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+
+
+class FakeSlurm:
+    def __init__(self, cluster: str = "fake", *, accounting: bool = True) -> None:
+        self.cluster = cluster
+        self.accounting = accounting
+        self.jobs: dict[str, dict[str, str]] = {}
+        self.forgotten: set[str] = set()  # ended longer than MinJobAge ago: sacct only
+        self.next_id = 100
+        self.calls: list[list[str]] = []
+        self.sbatch_plan: list[str] = []  # per sbatch: ok | timeout_created | timeout | stderr
+        self.down_calls = 0  # the next N calls find no controller
+        self.now = 1000.0
+
+    # the runner's view: exec, clock, sleep
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def client(self) -> SlurmClient:
+        return SlurmClient(Runner(self, sleep=self.sleep, clock=self.clock))
+
+    def commands(self, name: str) -> list[list[str]]:
+        return [c for c in self.calls if c[0] == name]
+
+    def add_job(self, *, state: str = "PENDING", reason: str = "Priority", **fields: str) -> str:
+        job_id = str(self.next_id)
+        self.next_id += 1
+        self.jobs[job_id] = {
+            "job_id": job_id,
+            "cluster": self.cluster,
+            "state": state,
+            "reason": reason,
+            "partition": "gpu",
+            "nodes": "gpu1" if state != "PENDING" else "",
+            "elapsed": "0:00",
+            "time_limit": "1:00:00",
+            "start": "N/A",
+            "submit": "2026-11-29T16:18:15",
+            "tres_per_node": "gres:gpu:a100:1",
+            "user": "ana",
+            "work_dir": "/home/ana/run",
+            "stdout": "/home/ana/run/slurm-%j.out",
+            "stderr": "/home/ana/run/slurm-%j.out",
+            "comment": "",
+            "name": "train",
+            "exit_code": "0:0",
+            **fields,
+        }
+        return job_id
+
+    def __call__(self, cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
+        cmd = list(cmd)
+        self.calls.append(cmd)
+        if self.down_calls > 0:
+            self.down_calls -= 1
+            return SlurmResult(tuple(cmd), 1, "", NO_CONTROLLER)
+        handler = getattr(self, "_" + cmd[0])
+        return handler(cmd, timeout)
+
+    @staticmethod
+    def _option(cmd: list[str], name: str) -> str | None:
+        for arg in cmd:
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    def _ok(self, cmd: list[str], stdout: str = "", stderr: str = "") -> SlurmResult:
+        return SlurmResult(tuple(cmd), 0, stdout, stderr)
+
+    def _sbatch(self, cmd: list[str], timeout: float) -> SlurmResult:
+        script = Path(cmd[-1]).read_text()
+        token = token_in_script(script) or ""
+        if "--test-only" in cmd:
+            return self._ok(
+                cmd,
+                stderr=f"sbatch: Job {self.next_id} to start at 2026-11-29T16:18:15 using 1 "
+                "processors on nodes gpu1 in partition gpu\n",
+            )
+        plan = self.sbatch_plan.pop(0) if self.sbatch_plan else "ok"
+        if plan in ("ok", "timeout_created"):
+            job_id = self.add_job(
+                comment=f"clusterjob:{token}", work_dir=self._option(cmd, "--chdir") or ""
+            )
+            if plan == "ok":
+                return self._ok(cmd, f"{job_id}\n")
+        if plan.startswith("timeout"):
+            self.now += timeout
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        return SlurmResult(tuple(cmd), 1, "", plan)
+
+    def _line(self, job: dict[str, str], fields: Sequence[tuple[str, str]]) -> str:
+        return parse.DELIMITER.join(job.get(name, "") for name, _ in fields)
+
+    def _squeue(self, cmd: list[str], timeout: float) -> SlurmResult:
+        wanted = self._option(cmd, "--jobs")
+        ids = wanted.split(",") if wanted else None
+        if ids is not None and len(ids) == 1 and ids[0] not in self.jobs:
+            return SlurmResult(tuple(cmd), 1, "", "slurm_load_jobs error: Invalid job id specified")
+        lines = [
+            self._line(job, parse.SQUEUE_FIELDS)
+            for job_id, job in self.jobs.items()
+            if job_id not in self.forgotten and (ids is None or job_id in ids)
+        ]
+        return self._ok(cmd, "".join(line + "\n" for line in lines))
+
+    def _sacct(self, cmd: list[str], timeout: float) -> SlurmResult:
+        if not self.accounting:
+            return SlurmResult(tuple(cmd), 1, "", "Slurm accounting storage is disabled\n")
+        ids = (self._option(cmd, "--jobs") or "").split(",")
+        rows = []
+        for job_id in ids:
+            job = self.jobs.get(job_id)
+            if job is not None:
+                rows.append(self._line({**job, "end": "Unknown"}, parse.SACCT_FIELDS))
+        return self._ok(cmd, "".join(r + "\n" for r in rows))
+
+    def _scontrol(self, cmd: list[str], timeout: float) -> SlurmResult:
+        if cmd[1:3] == ["show", "config"]:
+            return self._ok(cmd, f"ClusterName             = {self.cluster}\n")
+        job = self.jobs.get(cmd[-1])
+        if job is None or cmd[-1] in self.forgotten:
+            return SlurmResult(tuple(cmd), 1, "", "slurm_load_jobs error: Invalid job id specified")
+        out = job["stdout"].replace("%j", job["job_id"])
+        err = job["stderr"].replace("%j", job["job_id"])
+        line = (
+            f"JobId={job['job_id']} JobName={job['name']} JobState={job['state']} "
+            f"Reason={job['reason']} ExitCode={job['exit_code']} WorkDir={job['work_dir']} "
+            f"Comment={job['comment']} StdErr={err} StdIn=/dev/null StdOut={out} Power="
+        )
+        return self._ok(cmd, line + "\n")
+
+    def _scancel(self, cmd: list[str], timeout: float) -> SlurmResult:
+        for job_id in cmd[1:]:
+            if job_id in self.jobs:
+                self.jobs[job_id]["state"] = "CANCELLED"
+        return self._ok(cmd)
