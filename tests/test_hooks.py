@@ -285,3 +285,11 @@ def test_prolog_hung_config_read_ends_at_deadline(conf_dir: Path, tmp_path: Path
         "clusterjob prolog: gpu2: GPUs not checked: no verdict within the 1s deadline "
         "-- draining (on_error=drain, site policy unknown)"
     ]
+
+
+@pytest.mark.parametrize("command", ["prolog", "task-prolog"])
+def test_hook_help_exits_0_without_warning(command: str) -> None:
+    done = cj(command, "--help")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith(f"usage: clusterjob {command} ")
+    assert "warning" not in done.stdout

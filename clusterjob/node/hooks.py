@@ -449,6 +449,9 @@ class _ArgParser(argparse.ArgumentParser):
 
 def _parser(command: str) -> argparse.ArgumentParser:
     p = _ArgParser(prog=f"clusterjob {command}", allow_abbrev=False)
+    if command == "task-prolog":
+        p.add_argument("--site", help="site config (only for its NVML deadline)")
+        return p
     p.add_argument("--site", help=f"site config (default {DEFAULT_SITE}; never from env)")
     if command == "prolog":
         p.add_argument("--cache-dir", help=f"parsed-config cache (default {DEFAULT_CACHE_DIR})")
@@ -467,6 +470,8 @@ def hook_main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     try:
         args = _parser(command).parse_args(rest)
     except SystemExit as exc:
+        if exc.code == 0:  # --help
+            return 0
         if command == "task-prolog":  # never fail the task, even for a bad wrapper line
             print("print clusterjob: warning: task-prolog: bad arguments", flush=True)
             return 0
