@@ -190,6 +190,7 @@ def test_mllab_node_groups_have_their_own_physical_order() -> None:
     assert gpu.node_names == tuple(f"ml-gpu{i:02d}" for i in range(1, 9))
     assert site.model("a100-pcie-40gb") == site.model_by_name("A100")
     assert site.prolog.on_error is OnError.DRAIN
+    assert site.node_command == "/opt/clusterjob/bin/clusterjob"
 
 
 def test_templates_resolve_relative_to_the_file(tmp_path: Path) -> None:

@@ -436,29 +436,26 @@ def _check_models(
                 f"models.{m.name}.constraint",
                 "required when gpu_request.syntax is gres+constraint",
             )
-    typed = [m for m in models if m.gres_type is not None]
-    for m in typed:
-        assert m.gres_type is not None
-        mine = m.gres_type.casefold()
-        for other in typed:
-            assert other.gres_type is not None
-            theirs = other.gres_type.casefold()
-            if other is m:
+    typed = [(m, m.gres_type) for m in models if m.gres_type is not None]
+    for position, (m, mine) in enumerate(typed):
+        for rival_position, (rival, theirs) in enumerate(typed):
+            if rival is m:
                 continue
-            if mine == theirs and models.index(other) < models.index(m):
+            if mine.casefold() == theirs.casefold():
+                if rival_position < position:
+                    v.warn(
+                        lines[m.name]["gres_type"],
+                        f"models.{m.name}.gres_type",
+                        f"GRES type {mine!r} is also the type of model {rival.name}: "
+                        "Slurm cannot tell these models apart",
+                    )
+            elif mine.casefold() in theirs.casefold():
                 v.warn(
                     lines[m.name]["gres_type"],
                     f"models.{m.name}.gres_type",
-                    f"GRES type {m.gres_type!r} is also the type of model {other.name}: "
-                    "Slurm cannot tell these models apart",
-                )
-            elif mine != theirs and mine in theirs:
-                v.warn(
-                    lines[m.name]["gres_type"],
-                    f"models.{m.name}.gres_type",
-                    f"GRES type {m.gres_type!r} is a substring of {other.gres_type!r} "
-                    f"(model {other.name}): Slurm matches types by substring, so asking for "
-                    f"{m.gres_type!r} can also select {other.name} GPUs",
+                    f"GRES type {mine!r} is a substring of {theirs!r} "
+                    f"(model {rival.name}): Slurm matches types by substring, so asking for "
+                    f"{mine!r} can also select {rival.name} GPUs",
                 )
 
 
@@ -697,7 +694,7 @@ def _build(v: _Validator, root: Node, path: Path) -> Site | None:
         return None
     name = _field(top, "site", v.string, "")
     cluster_name = _field(top, "cluster_name", lambda n, p: v.string(n, p, nullable=True), "")
-    _field(top, "node_command", lambda n, p: v.string(n, p, nullable=True), "")
+    node_command = _field(top, "node_command", lambda n, p: v.string(n, p, nullable=True), "")
 
     syntax: GpuSyntax | None = None
     type_required = False
@@ -766,6 +763,8 @@ def _build(v: _Validator, root: Node, path: Path) -> Site | None:
 
     if v.failed or syntax is None or name is INVALID or name is None:
         return None
+    if INVALID in (cluster_name, node_command):
+        return None
     return Site(
         name=name,
         cluster_name=cluster_name,
@@ -777,6 +776,7 @@ def _build(v: _Validator, root: Node, path: Path) -> Site | None:
         node_map=node_map,
         prolog=prolog,
         templates_dir=templates_dir,
+        node_command=node_command,
     )
 
 
