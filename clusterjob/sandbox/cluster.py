@@ -296,9 +296,15 @@ def _write_standin(layout: Layout) -> None:
     standin.build_standin_library(layout.lib_dir)
     makers = {"A100": standin.a100, "V100": standin.v100, "H100": standin.h100}
     for node in SANDBOX_NODES:
-        gpus = [makers[g.model](g.bus_id, i, node=node.name) for i, g in enumerate(node.physical)]
-        for gpu in gpus:  # the model table and the stand-in must name GPUs alike
-            assert any(m.nvml_name == gpu.name for m in config.MODELS.values()), gpu.name
+        gpus = tuple(
+            makers[g.model](g.bus_id, i, node=node.name) for i, g in enumerate(node.physical)
+        )
+        for gpu, want in zip(gpus, node.physical, strict=True):  # as the site YAML names them
+            if gpu.name != config.MODELS[want.model].nvml_name:
+                raise ClusterjobError(
+                    f"stand-in {want.model} is called {gpu.name!r}, "
+                    f"the sandbox site expects {config.MODELS[want.model].nvml_name!r}"
+                )
         path = standin.write_scenario(layout.scenario(node.name), standin.StandinScenario(gpus))
         os.chown(path, 0, 0)
         path.chmod(0o644)
@@ -335,8 +341,12 @@ def _probe(cmd: list[str], env: dict[str, str] | None = None, expect: str = "") 
         proc = host.run(cmd, env=env, check=False, timeout=15)
         if proc.returncode == 0 and expect in proc.stdout:
             return None
-        lines = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()
-        return f"{cmd[0]}: {lines[-1]}"
+
+        def words(text: str) -> list[str]:
+            return [ln.strip() for ln in text.splitlines() if any(c.isalnum() for c in ln)]
+
+        err, out = words(proc.stderr), words(proc.stdout)
+        return f"{cmd[0]}: {err[-1] if err else out[0] if out else 'no output'}"
 
     return probe
 

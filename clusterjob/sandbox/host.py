@@ -190,26 +190,26 @@ HOSTS = Path("/etc/hosts")
 
 
 def add_hosts_entry(names: list[str], marker: str, hosts: Path = HOSTS) -> None:
-    """Map node names to 127.0.0.1, on one line tagged with ``marker`` (rewritten in place:
-    /etc/hosts is often a bind mount that cannot be replaced)."""
-    text = hosts.read_text()
-    kept = [ln for ln in text.splitlines() if not ln.endswith(marker)]
-    kept.append(f"127.0.0.1 {' '.join(names)} {marker}")
-    new = "\n".join(kept) + "\n"
-    if new != text:
-        with open(hosts, "r+") as f:
-            f.write(new)
-            f.truncate()
+    """Map node names to 127.0.0.1 on one line tagged with ``marker``."""
+    _rewrite_hosts(hosts, marker, f"127.0.0.1 {' '.join(names)} {marker}")
 
 
 def remove_hosts_entry(marker: str, hosts: Path = HOSTS) -> None:
-    text = hosts.read_text()
-    kept = [ln for ln in text.splitlines() if not ln.endswith(marker)]
-    new = "\n".join(kept) + "\n"
-    if new != text:
-        with open(hosts, "r+") as f:
-            f.write(new)
-            f.truncate()
+    _rewrite_hosts(hosts, marker, None)
+
+
+def _rewrite_hosts(hosts: Path, marker: str, line: str | None) -> None:
+    """Rewrite in place (/etc/hosts is often a bind mount that cannot be replaced)."""
+    try:
+        text = hosts.read_text()
+        kept = [ln for ln in text.splitlines() if not ln.endswith(marker)]
+        new = "\n".join(kept + ([line] if line else [])) + "\n"
+        if new != text:
+            with open(hosts, "r+") as f:
+                f.write(new)
+                f.truncate()
+    except OSError as exc:
+        raise ClusterjobError(f"cannot update {hosts}: {exc.strerror or exc}") from exc
 
 
 def which(name: str) -> str:
