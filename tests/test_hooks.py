@@ -7,6 +7,7 @@ import rule. The runs over the stand-in NVML library are in test_hooks_nvml.py.
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import subprocess
@@ -221,6 +222,9 @@ def test_task_prolog_never_fails_the_task() -> None:
     assert done.stdout.splitlines() == ["print clusterjob: warning: task-prolog: bad arguments"]
 
 
+@pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None, reason="a real NVML is installed here"
+)
 def test_task_prolog_uuid_without_nvml_warns_and_passes(tmp_path: Path) -> None:
     done = cj(
         "task-prolog",
