@@ -178,9 +178,12 @@ def gpus_for_request(
         model = resolved
     of_model = tuple(g for g in ordered if catalog.model_of(g) == model)
     if len(of_model) < request.count:
+        have = len(of_model)
+        if have == 0:
+            raise UsageError(f"--model {request.model}: no {model} GPU on this machine; {here}")
         raise UsageError(
             f"--gpus {request.count} --model {model}: "
-            f"only {len(of_model)} {model} GPU{'s' if len(of_model) != 1 else ''} here; {here}"
+            f"only {have} {model} GPU{'s' if have != 1 else ''} here; {here}"
         )
     if request.min_free_mem is not None:
         big_enough = [
