@@ -1,6 +1,6 @@
 """Which GPUs Slurm gave a job, read from the environment Slurm sets.
 
-Slurm speaks three dialects, depending on where we run (FIELD-NOTES §2):
+Slurm speaks three dialects, depending on where we run:
 
 * ``SLURM_JOB_GPUS`` / ``SLURM_STEP_GPUS`` always hold *global* GRES indices (slot i of the
   node map is GRES index i).
