@@ -259,10 +259,14 @@ def _db_password(layout: Layout) -> str:
 
 
 def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
-    _write(layout.slurm_conf, config.slurm_conf(layout, ports, hooks=hooks), 0o644)
-    _write(layout.gres_conf, _gres_conf(layout), 0o644)
-    _write(layout.slurmdbd_conf, config.slurmdbd_conf(layout, ports, _db_password(layout)), 0o600)
+    """Every config, the site YAML first: gres.conf and Gres= are generated from it as loaded."""
+    from clusterjob.site.loader import load_site
+
     _write(layout.site_yaml, config.site_yaml(layout), 0o644)
+    gres_conf, node_gres = config.gres_from_site(load_site(layout.site_yaml), layout)
+    _write(layout.gres_conf, gres_conf, 0o644)
+    _write(layout.slurm_conf, config.slurm_conf(layout, ports, node_gres, hooks=hooks), 0o644)
+    _write(layout.slurmdbd_conf, config.slurmdbd_conf(layout, ports, _db_password(layout)), 0o600)
     _write(layout.hooks_dir / "prolog", config.prolog_script(layout), 0o755)
     _write(layout.hooks_dir / "task-prolog", config.task_prolog_script(layout), 0o755)
     _write(layout.bin_dir / "clusterjob", config.node_command_script(layout), 0o755)
@@ -272,10 +276,6 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
         key.write_bytes(secrets.token_bytes(128))
     shutil.chown(key, MUNGE_USER, MUNGE_USER)
     key.chmod(0o600)
-
-
-def _gres_conf(layout: Layout) -> str:
-    return config.gres_conf(layout)
 
 
 def _make_devices(layout: Layout) -> None:

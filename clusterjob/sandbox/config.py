@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from clusterjob.site import admin
+from clusterjob.site.model import NodeMap, Site
 
 CLUSTER_NAME = "sandbox"
 ACCOUNT = "sandbox"
@@ -190,25 +193,19 @@ class Layout:
         return self.dev_dir / node / f"nvidia{index}"
 
 
-def node_gres(node: SandboxNode) -> str:
-    """``Gres=`` value of a node line: typed GPU counts in node-map order."""
-    counts = Counter(MODELS[g.model].gres_type for g in node.mapped)
-    return ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
+def gres_from_site(site: Site, layout: Layout) -> tuple[str, dict[str, str]]:
+    """gres.conf and each node's ``Gres=`` value, from the site's node map (through the same
+    admin helpers a real site uses); one device folder per node (``dev/<node>/nvidiaN``)."""
+    lines = ["# Written by `clusterjob sandbox up` from site.yaml; regenerated on every start."]
+    for node, gpus in site.node_map.nodes.items():
+        one_node = replace(site, node_map=NodeMap({node: gpus}))
+        lines += admin.gres_conf_lines(one_node, f"{layout.dev_dir / node}/nvidia")
+    return "\n".join(lines) + "\n", admin.node_gres_strings(site)
 
 
-def gres_conf(layout: Layout, nodes: tuple[SandboxNode, ...] = SANDBOX_NODES) -> str:
-    """One line per GPU, in node-map order, so GRES index i is node-map slot i."""
-    lines = ["# Written by `clusterjob sandbox up`; regenerated on every start."]
-    for node in nodes:
-        for i, gpu in enumerate(node.mapped):
-            gtype = MODELS[gpu.model].gres_type
-            lines.append(
-                f"NodeName={node.name} Name=gpu Type={gtype} File={layout.device(node.name, i)}"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def slurm_conf(layout: Layout, ports: Ports, *, hooks: bool = True) -> str:
+def slurm_conf(
+    layout: Layout, ports: Ports, node_gres: Mapping[str, str], *, hooks: bool = True
+) -> str:
     """slurm.conf: accounting through our slurmdbd, munge on our socket, one line per node."""
     s = layout.state_dir
     lines = [
@@ -259,7 +256,7 @@ def slurm_conf(layout: Layout, ports: Ports, *, hooks: bool = True) -> str:
         lines.append(
             f"NodeName={node.name} NodeAddr=127.0.0.1 NodeHostname=localhost"
             f" Port={ports.slurmd[node.name]} CPUs={node.cpus} RealMemory={node.memory_mb}"
-            f" Gres={node_gres(node)} State=UNKNOWN"
+            f" Gres={node_gres[node.name]} State=UNKNOWN"
         )
     for name, (hostlist, default) in PARTITIONS.items():
         lines.append(

@@ -12,6 +12,7 @@ import pytest
 from clusterjob.sandbox import config, host
 from clusterjob.sandbox.config import SANDBOX_NODES, Layout, Ports
 from clusterjob.site.loader import load_site
+from clusterjob.site.model import Site
 
 
 @pytest.fixture
@@ -47,26 +48,38 @@ def test_the_suspect_node_differs_from_its_map_and_only_it() -> None:
     assert gpu3.partition not in {n.partition for n in SANDBOX_NODES if n.name != "gpu3"}
 
 
+def _site(layout: Layout) -> Site:
+    layout.state_dir.mkdir(exist_ok=True)
+    layout.site_yaml.write_text(config.site_yaml(layout))
+    return load_site(layout.site_yaml)
+
+
 def test_gres_conf_indices_follow_the_node_map(layout: Layout) -> None:
-    lines = config.gres_conf(layout).splitlines()[1:]
-    gpu1 = [ln for ln in lines if ln.startswith("NodeName=gpu1 ")]
-    assert gpu1 == [
-        f"NodeName=gpu1 Name=gpu Type={t} File={layout.dev_dir}/gpu1/nvidia{i}"
-        for i, t in enumerate(["a100", "a100", "v100", "v100"])
+    text, node_gres = config.gres_from_site(_site(layout), layout)
+    lines = text.splitlines()[1:]
+    dev = layout.dev_dir
+    assert [ln for ln in lines if ln.startswith("NodeName=gpu1 ")] == [
+        f"NodeName=gpu1 Name=gpu Type=a100 File={dev}/gpu1/nvidia[0-1]",
+        f"NodeName=gpu1 Name=gpu Type=v100 File={dev}/gpu1/nvidia[2-3]",
     ]
-    assert sum(ln.startswith("NodeName=h1 ") for ln in lines) == 8
+    assert f"NodeName=h1 Name=gpu Type=h100 File={dev}/h1/nvidia[0-7]" in lines
+    # The device nodes `up` creates are exactly the ones gres.conf names.
+    assert layout.device("h1", 7) == dev / "h1" / "nvidia7"
+    assert node_gres == {"gpu1": "gpu:a100:2,gpu:v100:2", "gpu2": "gpu:a100:2,gpu:v100:2",
+                         "gpu3": "gpu:a100:2,gpu:v100:2", "h1": "gpu:h100:8"}  # fmt: skip
 
 
 def test_slurm_conf_nodes_ports_and_hooks(layout: Layout) -> None:
     ports = Ports.from_base(46800)
-    text = config.slurm_conf(layout, ports)
+    _, node_gres = config.gres_from_site(_site(layout), layout)
+    text = config.slurm_conf(layout, ports, node_gres)
     assert len(set(ports.all())) == len(ports.all())
     assert "NodeName=gpu3 NodeAddr=127.0.0.1 NodeHostname=localhost Port=46812" in text
     assert "Gres=gpu:a100:2,gpu:v100:2" in text and "Gres=gpu:h100:8" in text
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:a100,gres/gpu:v100,gres/gpu:h100" in text
     assert f"Prolog={layout.hooks_dir}/prolog" in text
     assert f"TaskProlog={layout.hooks_dir}/task-prolog" in text
-    assert "Prolog=" not in config.slurm_conf(layout, ports, hooks=False)
+    assert "Prolog=" not in config.slurm_conf(layout, ports, node_gres, hooks=False)
 
 
 def test_task_prolog_wrapper_exports_the_standin(layout: Layout) -> None:
