@@ -278,7 +278,8 @@ def resubmit(
     old = f"{COMMENT_PREFIX}{record.token}"
     if old not in record.script:
         raise UsageError(f"job {record.job_id}: its recorded script has no {old} comment")
-    script = record.script.replace(old, f"{COMMENT_PREFIX}{token}")
+    # the token is random hex: every occurrence (the comment, CLUSTERJOB_TOKEN) is it
+    script = record.script.replace(record.token, token)
     path = _write_script(script, token)
     submitted = client.sbatch(path, token=token, workdir=record.work_dir)
     new = JobRecord(

@@ -135,6 +135,7 @@ class Registry:
         try:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA synchronous = NORMAL")  # per connection; safe with WAL
             if not self._ready:
                 self._prepare(conn)
             if write:
@@ -170,7 +171,6 @@ class Registry:
                 time.sleep(0.05)
         if str(mode).lower() != "wal":  # e.g. a filesystem without shared memory
             conn.execute("PRAGMA journal_mode = DELETE")
-        conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("BEGIN IMMEDIATE")
         for statement in filter(str.strip, _SCHEMA.split(";")):
             conn.execute(statement)
@@ -193,12 +193,13 @@ class Registry:
 
     # --- writes ---------------------------------------------------------------------------
 
-    def add(self, record: JobRecord) -> None:
-        values = [getattr(record, c) for c in _COLUMNS]
+    def add(self, *records: JobRecord) -> None:
+        """Record submissions (several in one transaction)."""
+        rows = [[getattr(r, c) for c in _COLUMNS] for r in records]
         placeholders = ", ".join("?" for _ in _COLUMNS)
         with self._connect(write=True) as conn:
-            conn.execute(
-                f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
+            conn.executemany(
+                f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})", rows
             )
 
     def update_states(self, updates: Sequence[StateUpdate], *, checked_at: float) -> None:

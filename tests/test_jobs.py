@@ -1,0 +1,314 @@
+"""The jobs core over the fake Slurm: status batching and caching, submit, resubmit, logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from slurm_fake import FakeSlurm
+
+from clusterjob import jobs, resources
+from clusterjob.cli import run
+from clusterjob.errors import UsageError
+from clusterjob.registry import JobRecord, Registry
+from clusterjob.render import render
+from clusterjob.request import JobRequest, resolve
+from clusterjob.site.loader import load_site
+
+TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")
+
+
+@pytest.fixture
+def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def track(registry: Registry, slurm: FakeSlurm, job_id: str, state: str = "PENDING") -> None:
+    registry.add(tracked(slurm, job_id, state))
+
+
+def tracked(slurm: FakeSlurm, job_id: str, state: str = "PENDING") -> JobRecord:
+    job = slurm.jobs[job_id]
+    return JobRecord(
+        job_id=job_id,
+        cluster=slurm.cluster,
+        site="mllab",
+        token=f"tok{job_id}",
+        job_name=job["name"],
+        script="#!/bin/bash\n",
+        script_path="",
+        command_line="",
+        work_dir="/home/ana/run",
+        git_commit=None,
+        submitted_at=time.time(),
+        state=state,
+    )
+
+
+def populate(n: int) -> tuple[FakeSlurm, Registry]:
+    """n tracked jobs: a third running, a third pending, a third ended long ago (sacct only)."""
+    slurm = FakeSlurm()
+    registry = Registry()
+    for i in range(n):
+        if i % 3 == 0:
+            job_id = slurm.add_job(state="RUNNING", reason="None")
+        elif i % 3 == 1:
+            job_id = slurm.add_job(state="PENDING", reason="Resources")
+        else:
+            job_id = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="3:0")
+            slurm.forgotten.add(job_id)
+    registry.add(*(tracked(slurm, job_id) for job_id in slurm.jobs))
+    return slurm, registry
+
+
+@pytest.mark.parametrize("n", [1, 3, 100, 1000])
+def test_status_is_at_most_two_slurm_calls_whatever_the_number_of_jobs(data, n: int) -> None:
+    slurm, registry = populate(n)
+    rows = jobs.status(client=slurm.client(), registry=registry)
+    assert len(rows) == n
+    assert len(slurm.calls) <= 2
+    assert len(slurm.commands("squeue")) == 1
+    by_id = {r.job_id: r for r in rows}
+    for job_id, job in slurm.jobs.items():
+        assert by_id[job_id].state == job["state"]
+    failed = [r for r in rows if r.state == "FAILED"]
+    assert all(r.exit_code == 3 and r.source == "sacct" for r in failed)
+    pending = [r for r in rows if r.state == "PENDING"]
+    assert all("free GPUs of that type" in r.explanation for r in pending)
+
+
+def test_ten_status_calls_in_a_few_seconds_cost_two_slurm_calls(data) -> None:
+    slurm, registry = populate(30)
+    for _ in range(10):  # each like a separate invocation: new client, registry and cache
+        jobs.status(client=slurm.client(), registry=Registry(), cache=jobs.StatusCache())
+    assert len(slurm.calls) == 2
+    later = time.time() + jobs.DEFAULT_CACHE_SECONDS + 1
+    jobs.status(client=slurm.client(), registry=Registry(), now=later)
+    assert len(slurm.calls) == 3  # cache expired: one squeue (the ended ones are recorded)
+
+
+def test_ended_jobs_are_served_from_the_registry_without_slurm(data) -> None:
+    slurm, registry = populate(9)
+    jobs.status(client=slurm.client(), registry=registry, cache=jobs.StatusCache(ttl=0))
+    calls = len(slurm.calls)
+    # the third that ended is now recorded as FAILED: only the others are asked about
+    jobs.status(client=slurm.client(), registry=registry, cache=jobs.StatusCache(ttl=0))
+    asked = slurm.commands("squeue")[-1]
+    ids = next(a for a in asked if a.startswith("--jobs=")).split("=", 1)[1].split(",")
+    assert len(ids) == 6
+    assert len(slurm.calls) - calls == 1  # nothing left for sacct
+
+
+def test_squeue_exit_code_comes_from_sacct_and_cache_is_shared(data) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    done = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="2:0")
+    track(registry, slurm, done)
+    (row,) = jobs.status(client=slurm.client(), registry=registry)
+    assert (row.state, row.exit_code, row.source) == ("FAILED", 2, "sacct")
+    assert json.loads((data / jobs.CACHE_FILE).read_text())["squeue"]["ids"] == [done]
+
+
+def test_another_clusters_job_with_the_same_id_is_not_mistaken(data) -> None:
+    slurm = FakeSlurm(cluster="here")
+    registry = Registry()
+    job_id = slurm.add_job(state="RUNNING", reason="None")
+    track(registry, slurm, job_id)
+    registry.add(
+        JobRecord(job_id, "elsewhere", "s", "tok-else", "x", "#!", "", "", "", None, time.time())
+    )
+    rows = jobs.status(client=slurm.client(), registry=registry)
+    states = sorted((r.cluster, r.state) for r in rows)
+    assert states == [("elsewhere", "UNKNOWN"), ("here", "RUNNING")]
+
+
+def test_forgotten_job_without_accounting_is_unknown_with_the_reason(data) -> None:
+    slurm = FakeSlurm(accounting=False)
+    registry = Registry()
+    job_id = slurm.add_job(state="COMPLETED", reason="None")
+    slurm.forgotten.add(job_id)
+    track(registry, slurm, job_id)
+    (row,) = jobs.status(client=slurm.client(), registry=registry)
+    assert row.state == "UNKNOWN"
+    assert "accounting is off" in row.explanation
+    assert len(slurm.calls) == 2
+
+
+def test_status_of_an_untracked_job_and_last(data) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    other = slurm.add_job(state="RUNNING", reason="None", name="not-ours")
+    mine = slurm.add_job(state="PENDING", reason="QOSMaxGRESPerUser")
+    track(registry, slurm, mine)
+    rows = jobs.status([other, "last"], client=slurm.client(), registry=registry)
+    assert [(r.job_id, r.site) for r in rows] == [(mine, "mllab"), (other, "")]
+    assert "as many GPUs as your QOS allows" in rows[0].explanation
+    with pytest.raises(UsageError, match="does not know"):
+        jobs.status(["777777"], client=slurm.client(), registry=registry)
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "words"),
+    [
+        ("PENDING", "Resources", "free GPUs of that type"),
+        ("PENDING", "Priority", "ahead in the queue"),
+        ("PENDING", "QOSMaxGRESPerUser", "as many GPUs as your QOS allows"),
+        ("PENDING", "ReqNodeNotAvail, UnavailableNodes:gpu3", "down, drained or reserved"),
+        ("PENDING", "launch failed requeued held", "scontrol release 42"),
+        ("PENDING", "PartitionTimeLimit", "never start"),
+        ("OUT_OF_MEMORY", None, "host memory"),
+        ("RUNNING", None, ""),
+    ],
+)
+def test_pending_reasons_in_gpu_terms(state: str, reason: str | None, words: str) -> None:
+    text = jobs.explain(state, reason, "42")
+    assert words in text
+    assert bool(text) is bool(words)
+
+
+# --- submit / resubmit / cancel / logs, with the real site, request and render -------------
+
+
+@pytest.fixture
+def mllab_job(tmp_path: Path):
+    site = load_site(resources.site_configs_dir() / "mllab.yaml")
+    resolved = resolve(site, JobRequest(script=TRAIN, gpus=2, model="a100"))
+    return site, resolved, render(site, resolved)
+
+
+def test_submit_writes_the_script_records_and_returns_the_id(data, tmp_path, mllab_job) -> None:
+    site, resolved, rendered = mllab_job
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run(
+        ["git", "-C", str(work), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q",
+         "--allow-empty", "-m", "x"],
+        check=True,
+    )  # fmt: skip
+    slurm = FakeSlurm(cluster="mllab")
+    result = jobs.submit(
+        site,
+        resolved,
+        rendered,
+        client=slurm.client(),
+        workdir=work,
+        command_line=["clusterjob", "submit", "--gpus", "2", "train.py"],
+    )
+    assert isinstance(result, jobs.Submitted)
+    assert f"Submitted job {result.job_id}" in str(result)
+    record = Registry().get("last")
+    assert record is not None
+    assert (record.job_id, record.cluster, record.site) == (result.job_id, "mllab", "mllab")
+    assert record.token == rendered.token
+    assert record.script == rendered.script
+    assert Path(record.script_path).read_text() == rendered.script
+    assert Path(record.script_path).parent == data / "scripts"
+    assert record.work_dir == str(work.resolve())
+    assert record.command_line == "clusterjob submit --gpus 2 train.py"
+    assert record.git_commit and len(record.git_commit) == 40
+    assert slurm.commands("sbatch")[0][2] == f"--chdir={work.resolve()}"
+
+
+def test_submit_test_only_records_nothing(data, tmp_path, mllab_job) -> None:
+    site, resolved, rendered = mllab_job
+    slurm = FakeSlurm()
+    result = jobs.submit(site, resolved, rendered, test_only=True, client=slurm.client())
+    assert isinstance(result, jobs.TestOnlyResult)
+    assert "Nothing was submitted" in str(result) and "gpu1" in str(result)
+    assert Registry().all() == [] and slurm.jobs == {}
+    assert list((data / "scripts").iterdir()) == []
+
+
+def test_submit_refuses_a_script_without_its_token(data, mllab_job) -> None:
+    site, resolved, rendered = mllab_job
+    broken = type(rendered)(rendered.script.replace("--comment", "--x"), [], rendered.token)
+    with pytest.raises(UsageError, match="--comment=clusterjob:"):
+        jobs.submit(site, resolved, broken, client=FakeSlurm().client())
+
+
+def test_resubmit_uses_a_fresh_token_and_the_original_directory(data, mllab_job) -> None:
+    site, resolved, rendered = mllab_job
+    slurm = FakeSlurm()
+    first = jobs.submit(site, resolved, rendered, client=slurm.client(), workdir="/tmp")
+    again = jobs.resubmit("last", client=slurm.client())
+    assert again.job_id != first.job_id
+    new = Registry().get(again.job_id)
+    assert new is not None
+    assert new.resubmit_of == first.job_id
+    assert new.token != rendered.token and rendered.token not in new.script
+    assert f"clusterjob:{new.token}" in new.script
+    assert slurm.commands("sbatch")[-1][2] == "--chdir=/tmp"
+    with pytest.raises(UsageError, match="not in the registry"):
+        jobs.resubmit("999999", client=slurm.client())
+
+
+def test_cancel_is_one_scancel_and_clears_the_cache(data) -> None:
+    slurm, registry = populate(3)
+    jobs.status(client=slurm.client(), registry=registry)
+    ids = list(slurm.jobs)[:2]
+    assert jobs.cancel([ids[0], "last"], client=slurm.client(), registry=registry) == [
+        ids[0],
+        list(slurm.jobs)[-1],
+    ]
+    assert len(slurm.commands("scancel")) == 1
+    assert not (data / jobs.CACHE_FILE).exists()
+
+
+def test_output_path_from_scontrol_then_registry_then_default(data) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state="RUNNING", reason="None", stdout="/logs/%j.out")
+    track(registry, slurm, job_id)
+    assert jobs.output_path(job_id, client=slurm.client()) == Path(f"/logs/{job_id}.out")
+    jobs.status(client=slurm.client(), registry=registry)  # records the expanded path
+    slurm.forgotten.add(job_id)
+    assert jobs.output_path("last", client=slurm.client()) == Path(f"/logs/{job_id}.out")
+    other = slurm.add_job(state="COMPLETED", reason="None")
+    track(registry, slurm, other)
+    slurm.forgotten.add(other)
+    assert jobs.output_path(other, client=slurm.client()) == Path(
+        f"/home/ana/run/slurm-{other}.out"
+    )
+
+
+def test_follow_prints_appended_output_until_the_job_ends(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-1.out"
+    now = [0.0]
+    writes = iter(["step 1\n", "step 2\n", None])
+    ended = []
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+        text = next(writes, None)
+        if text is None:
+            ended.append(True)
+        else:
+            with log.open("a") as f:
+                f.write(text)
+
+    chunks = list(
+        jobs.follow(
+            log, finished=lambda: bool(ended), sleep=sleep, clock=lambda: now[0], check_every=1
+        )
+    )
+    assert "".join(chunks) == "step 1\nstep 2\n"
+
+
+def test_cli_status_json_and_table(data, capsys, monkeypatch) -> None:
+    slurm, registry = populate(3)
+    monkeypatch.setattr(jobs, "SlurmClient", slurm.client)
+    assert run(["status", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["state"] for r in rows] == ["RUNNING", "PENDING", "FAILED"]
+    assert run(["status"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["JOBID", "STATE", "NAME", "NODES", "TIME", "SITE",
+                                           "REASON"]  # fmt: skip
+    assert "FAILED (3)" in out
+    assert run(["status", "nope"]) == 2
+    assert "not a job id" in capsys.readouterr().err
