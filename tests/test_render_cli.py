@@ -31,15 +31,15 @@ def test_dry_run_prints_script_and_sbatch_command(
         capsys,
         "--site", MLLAB, "--gpus", "2", "--model", "a100", "--dry-run",
         "--sbatch-arg=--exclusive", "--sbatch-arg", "--reservation=maint",
-        TRAIN, "--lr", "3e-4", "--gpus", "9", "--", "x y",
+        TRAIN, "epoch", "--", "--lr", "3e-4", "--gpus", "9", "--", "x y",
     )  # fmt: skip
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert "#SBATCH --gres=gpu:a100:2" in lines
     assert "#SBATCH --exclusive" in lines
     assert "#SBATCH --reservation=maint" in lines
-    # everything after SCRIPT reached SCRIPT unchanged, our own option names included
-    assert f"exec \"$python\" {TRAIN} --lr 3e-4 --gpus 9 -- 'x y'" in lines
+    # positional words and everything after -- reached SCRIPT unchanged, our option names included
+    assert f"exec \"$python\" {TRAIN} epoch --lr 3e-4 --gpus 9 -- 'x y'" in lines
     token = next(ln for ln in lines if ln.startswith("#SBATCH --comment=clusterjob:")).split(":")[1]
     assert lines[-1] == f"# sbatch --parsable clusterjob-{token}.sh"
     assert lines[-2].startswith("# dry run: nothing submitted.")
@@ -66,9 +66,13 @@ def test_dry_run_prints_script_and_sbatch_command(
             "A100: at most 2 per node (nodes ml-gpu[07-08])",
         ),
         (
-            ["--site", MLLAB, "--model", "a100", TRAIN, "--gpus", "2"],
-            "clusterjob: error: --gpus is required (--gpus came after SCRIPT and so went to "
-            "SCRIPT: put clusterjob's options before SCRIPT)",
+            ["--site", MLLAB, "--model", "a100", TRAIN],
+            "clusterjob: error: --gpus is required (GPUs per node, e.g. --gpus 2)",
+        ),
+        (
+            [TRAIN, "--lr", "3e-4", "--site", MLLAB, "--gpus", "1"],
+            "clusterjob: error: No such option: --lr (Possible options: --help) "
+            "(arguments for SCRIPT that look like options go after --)",
         ),
         (
             ["--site", MLLAB, "--gpus", "1", "nope.py"],
@@ -130,3 +134,13 @@ def test_submission_goes_through_jobs_submit(
         capsys, "--site", MLLAB, "--gpus", "1", "--model", "A100", "--test-only", TRAIN
     )
     assert code == 0 and calls[-1][3] is True
+
+
+def test_options_after_script_are_clusterjobs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The headline form: `clusterjob submit train.py --gpus 2 --model A100`."""
+    code, out, err = _submit(capsys, TRAIN, "--gpus", "2", "--model", "A100", "--site", MLLAB,
+                             "--dry-run")  # fmt: skip
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert "#SBATCH --gres=gpu:a100:2" in lines
+    assert f'exec "$python" {TRAIN}' in lines

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
+from typer.exceptions import TyperException
 
 from clusterjob.errors import ConfigError, ClusterjobError, exit_code
 
@@ -60,14 +60,17 @@ def run(argv: list[str]) -> int:
             raise
         err(f"error: {exc}")
         return exit_code(exc)
-    except click.exceptions.Abort:
+    except typer.Abort:
         err("aborted")
         return 130
-    except click.exceptions.ClickException as exc:
-        exc.show()
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
+    except TyperException as exc:  # the argument parser's usage errors (Typer's own click)
+        message = exc.format_message()  # type: ignore[attr-defined]
+        if type(exc).__name__ == "NoSuchOption":
+            message += " (arguments for SCRIPT that look like options go after --)"
+        err(f"error: {message}")
+        return int(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug in clusterjob: say so in one line, keep the stack for --debug

@@ -1,7 +1,8 @@
 """Command: submit (registered on the app in clusterjob.cli).
 
-Everything after SCRIPT belongs to SCRIPT and is passed on unchanged (``--lr 3e-4`` too), so
-clusterjob's own options go before SCRIPT.
+clusterjob's options may stand before or after SCRIPT (``clusterjob submit train.py --gpus 2
+--model A100``); arguments for SCRIPT that look like options go after ``--``
+(``clusterjob submit train.py --gpus 2 -- --lr 3e-4``) and are passed on unchanged.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from clusterjob.errors import UsageError
 from clusterjob.render import render
 from clusterjob.request import JobRequest, resolve
 from clusterjob.site.model import Site
-
-_OWN_OPTIONS = ("--gpus", "--model", "--nodes", "--partition", "--site", "--dry-run")
 
 
 def _cluster_name() -> str | None:
@@ -37,7 +36,6 @@ def load_site_for_submit(spec: str | None) -> Site:
 
 
 @app.command(
-    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
     no_args_is_help=True,
 )
 def submit(
@@ -100,14 +98,7 @@ def submit(
     if dry_run and test_only:
         raise UsageError("--dry-run and --test-only exclude each other")
     if gpus is None:
-        misplaced = [a for a in args if a.split("=", 1)[0] in _OWN_OPTIONS]
-        hint = (
-            f" ({', '.join(misplaced)} came after SCRIPT and so went to SCRIPT: "
-            "put clusterjob's options before SCRIPT)"
-            if misplaced
-            else ""
-        )
-        raise UsageError(f"--gpus is required{hint}")
+        raise UsageError("--gpus is required (GPUs per node, e.g. --gpus 2)")
     if not Path(script).is_file():
         raise UsageError(f"script not found: {script}")
     request = JobRequest(
