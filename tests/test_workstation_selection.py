@@ -237,6 +237,7 @@ def test_wait_timeouts():
         (["--wait", "--gpus", "2", "x"], ["--wait", WAIT_FOREVER, "--gpus", "2", "x"]),
         (["--gpus", "2", "--wait"], ["--gpus", "2", "--wait", WAIT_FOREVER]),
         (["--wait", "python", "t.py"], ["--wait", WAIT_FOREVER, "python", "t.py"]),
+        (["--wait", "soon", "--", "x"], ["--wait", "soon", "--", "x"]),  # then: a clear error
         # the command's own --wait is the command's business
         (["--gpus", "1", "--", "x", "--wait"], ["--gpus", "1", "--", "x", "--wait"]),
         (["--model", "--wait", "x"], ["--model", "--wait", "x"]),
