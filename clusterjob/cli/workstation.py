@@ -44,7 +44,7 @@ def fill_wait_value(args: list[str]) -> list[str]:
             # Before a later '--' the next word can only be the timeout (checked when parsed);
             # without '--' it is the timeout only if it reads as one, else the command.
             is_value = following is not None and not following.startswith("-")
-            if is_value and "--" not in out[i + 2 :]:
+            if following is not None and is_value and "--" not in out[i + 2 :]:
                 is_value = _looks_like_timeout(following)
             if not is_value:
                 out.insert(i + 1, WAIT_FOREVER)
