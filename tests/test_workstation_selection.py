@@ -295,3 +295,23 @@ def test_lock_dir_choice(tmp_path):
     file.write_text("")
     with pytest.raises(ClusterjobError, match="not a directory"):
         claims.ensure_shared_dir(file)
+
+
+def test_ticket_queue_order_and_dead_tickets(tmp_path):
+    from clusterjob.workstation import queue
+
+    lock_dir = claims.ensure_shared_dir(tmp_path / "locks")
+    qdir = queue.queue_dir(lock_dir)
+    dead = qdir / f"{1:012d}{queue.TICKET_SUFFIX}"
+    dead.write_text("{}")  # a waiter killed with SIGKILL leaves this, unlocked
+    first = queue.take_ticket(qdir, "python a.py")
+    second = queue.take_ticket(qdir, "python b.py")
+    assert (first.number, second.number) == (2, 3)
+    assert first.waiters_ahead() == [] and not dead.exists()
+    [ahead] = second.waiters_ahead()
+    assert ahead is not None and ahead.command == "python a.py"
+    assert queue.live_waiters(qdir) == 2
+    first.leave()
+    assert second.waiters_ahead() == [] and queue.live_waiters(qdir) == 1
+    second.leave()
+    assert list(qdir.iterdir()) == []
