@@ -409,7 +409,8 @@ def _select(registry: Registry, jobs: Sequence[str], show_all: bool, now: float)
     active = registry.with_states(sorted(parse.FINAL_STATES), exclude=True)
     recent = registry.since(now - RECENT_SECONDS)
     seen = {r.token for r in active}
-    return active + [r for r in recent if r.token not in seen], []
+    records = active + [r for r in recent if r.token not in seen]
+    return sorted(records, key=lambda r: r.submitted_at), []
 
 
 def status(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -156,3 +157,14 @@ def test_real_subprocess_success_and_failure() -> None:
         runner.run(["sh", "-c", "echo 'sbatch: error: bad' >&2; exit 2"], timeout=5)
     assert (info.value.returncode, info.value.stderr) == (2, "sbatch: error: bad")
     assert runner.calls == 2
+
+
+def test_missing_slurm_conf_file_is_reported_at_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "nope.conf"))
+    started = time.monotonic()
+    with pytest.raises(SlurmUnavailable) as info:
+        Runner().run(["squeue"], timeout=30, retry=True)
+    assert time.monotonic() - started < 5  # squeue itself would retry for 60 s
+    assert "nope.conf does not exist" in str(info.value)

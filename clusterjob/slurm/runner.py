@@ -58,6 +58,11 @@ Exec = Callable[[Sequence[str], float, "str | None"], SlurmResult]
 
 def subprocess_exec(cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
     """Run ``cmd`` for real. Slurm clients print in the C locale; keep them that way."""
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        # the clients would retry reading it for 60 s before saying so; say it now
+        message = f"{cmd[0]}: SLURM_CONF={conf} does not exist: {NO_CONFIG_MARKERS[1]}"
+        return SlurmResult(tuple(cmd), 1, "", message)
     env = dict(os.environ)
     env["LC_ALL"] = "C"
     proc = subprocess.run(
