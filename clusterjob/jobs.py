@@ -18,12 +18,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterjob.errors import RegistryError, UsageError
 from clusterjob.registry import JobRecord, Registry, StateUpdate, data_dir
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
 from clusterjob.slurm.parse import StartEstimate
+
+if TYPE_CHECKING:
+    from clusterjob.render import RenderedJob
+    from clusterjob.request import ResolvedJob
+    from clusterjob.site.model import Site
 
 CACHE_FILE = "status-cache.json"
 DEFAULT_CACHE_SECONDS = 10.0
@@ -196,9 +202,9 @@ def _cluster_name(client: SlurmClient) -> str:
 
 
 def submit(
-    site,
-    resolved,
-    rendered,
+    site: Site,
+    resolved: ResolvedJob,
+    rendered: RenderedJob,
     *,
     test_only: bool = False,
     client: SlurmClient | None = None,
@@ -236,7 +242,7 @@ def submit(
         cluster=cluster,
         site=site.name,
         token=token,
-        job_name=getattr(resolved, "job_name", "") or "",
+        job_name=resolved.job_name,
         script=rendered.script,
         script_path=str(path),
         command_line=shlex.join(command_line if command_line is not None else sys.argv),
@@ -435,14 +441,12 @@ def status(
     live = [r for r in records if not parse.is_final(r.state)]
     ask = sorted({r.job_id for r in live} | set(untracked))
 
-    queued = {}
+    queued: dict[str, list[parse.QueuedJob]] = {}
     for row in _squeue(client, cache, ask, now):
         queued.setdefault(row.job_id, []).append(row)
     # squeue cannot say how a job ended (exit code): ask sacct about ended ones too
-    missing = [
-        i for i in ask if i not in queued or any(parse.is_final(q.state) for q in queued[i])
-    ]
-    accounted = {}
+    missing = [i for i in ask if i not in queued or any(parse.is_final(q.state) for q in queued[i])]
+    accounted: dict[str, list[parse.AccountedJob]] = {}
     accounting = True
     rows = _sacct(client, cache, missing, now)
     if rows is None:
