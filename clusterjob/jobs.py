@@ -144,6 +144,7 @@ class JobStatus:
     submitted: str | None  # ISO time
     site: str
     source: str  # squeue | sacct | registry | none
+    gpus: str | None = None  # GPUs as Slurm accounts them: gres/gpu:a100=2
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -473,11 +474,18 @@ def status(
             stdout = _expand(q.stdout, q, record) if q.stdout else None
             stderr = _expand(q.stderr, q, record) if q.stderr else None
             update = StateUpdate(record.token, q.cluster, q.state, q.reason, None, q.nodes)
-            updates.append(update._replace(stdout_path=stdout, stderr_path=stderr))
+            updates.append(
+                update._replace(
+                    stdout_path=stdout, stderr_path=stderr, gpus=parse.gpu_tres(q.tres_per_node)
+                )
+            )
             results.append(_from_row(q, record, "squeue"))
         elif a is not None:
             updates.append(
-                StateUpdate(record.token, a.cluster, a.state, a.reason, a.exit_code, a.nodes)
+                StateUpdate(
+                    record.token, a.cluster, a.state, a.reason, a.exit_code, a.nodes,
+                    gpus=parse.gpu_tres(a.alloc_tres),
+                )  # fmt: skip
             )
             results.append(_from_row(a, record, "sacct"))
         else:
@@ -513,6 +521,9 @@ def _from_row(
         submitted=_iso(record.submitted_at) if record else None,
         site=record.site if record else "",
         source=source,
+        gpus=parse.gpu_tres(
+            row.alloc_tres if isinstance(row, parse.AccountedJob) else row.tres_per_node
+        ),
     )
 
 
@@ -530,6 +541,7 @@ def _from_record(record: JobRecord, *, state: str | None = None, note: str = "")
         submitted=_iso(record.submitted_at),
         site=record.site,
         source="registry" if state is None else "none",
+        gpus=record.gpus,
     )
 
 

@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     nodes TEXT,
     stdout_path TEXT,
     stderr_path TEXT,
-    state_checked_at REAL
+    state_checked_at REAL,
+    gpus TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id, cluster);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
@@ -85,6 +86,7 @@ class JobRecord:
     stdout_path: str | None = None
     stderr_path: str | None = None
     state_checked_at: float | None = None
+    gpus: str | None = None  # the GPUs Slurm gave, as TRES: gres/gpu:a100=2
 
     @property
     def submitted(self) -> datetime:
@@ -105,6 +107,7 @@ class StateUpdate(NamedTuple):
     nodes: str | None = None
     stdout_path: str | None = None
     stderr_path: str | None = None
+    gpus: str | None = None
 
 
 class Registry:
@@ -210,8 +213,8 @@ class Registry:
                 "UPDATE jobs SET cluster = CASE cluster WHEN '' THEN ? ELSE cluster END, "
                 "state = ?, reason = ?, exit_code = COALESCE(?, exit_code), "
                 "nodes = COALESCE(?, nodes), stdout_path = COALESCE(?, stdout_path), "
-                "stderr_path = COALESCE(?, stderr_path), state_checked_at = ? "
-                "WHERE token = ?",
+                "stderr_path = COALESCE(?, stderr_path), gpus = COALESCE(?, gpus), "
+                "state_checked_at = ? WHERE token = ?",
                 [
                     (
                         u.cluster,
@@ -221,6 +224,7 @@ class Registry:
                         u.nodes,
                         u.stdout_path,
                         u.stderr_path,
+                        u.gpus,
                         checked_at,
                         u.token,
                     )

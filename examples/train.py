@@ -47,6 +47,16 @@ def main(argv: list[str]) -> int:
     lines.append(f"hostname={socket.gethostname()}")
     lines.append(f"argc={len(argv)}")
     lines.extend(f"argv[{i}]={arg!r}" for i, arg in enumerate(argv))
+    # One line per process as well: under torchrun several ranks share one output file,
+    # and this line keeps each rank's view together.
+    lines.append(
+        "rank-summary: "
+        + " ".join(
+            f"{name.lower()}={os.environ.get(name, '-') or '-'}"
+            for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
+                         "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES")
+        )  # fmt: skip
+    )
     print("\n".join(lines), flush=True)
     try:
         exit_code = int(_option(argv, "--exit-code", "0"))

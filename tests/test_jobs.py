@@ -307,8 +307,8 @@ def test_cli_status_json_and_table(data, capsys, monkeypatch) -> None:
     assert [r["state"] for r in rows] == ["RUNNING", "PENDING", "FAILED"]
     assert run(["status"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["JOBID", "STATE", "NAME", "NODES", "TIME", "SITE",
-                                           "REASON"]  # fmt: skip
+    assert out.splitlines()[0].split() == ["JOBID", "STATE", "NAME", "NODES", "GPUS", "TIME",
+                                           "SITE", "REASON"]  # fmt: skip
     assert "FAILED (3)" in out
     assert run(["status", "nope"]) == 2
     assert "not a job id" in capsys.readouterr().err

@@ -254,3 +254,17 @@ def test_expand_output_pattern(pattern: str, expected: str) -> None:
 )  # fmt: skip
 def test_is_final(state: str, final: bool) -> None:
     assert parse.is_final(state) is final
+
+
+@pytest.mark.parametrize(
+    ("text", "gpus"),
+    [
+        ("billing=2,cpu=2,gres/gpu:a100=2,gres/gpu=2,mem=120G,node=1", "gres/gpu:a100=2,gres/gpu=2"),
+        ("gres:gpu:v100:1", "gres:gpu:v100:1"),
+        ("cpu=1,mem=1G,node=1", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_gpu_tres(text: str | None, gpus: str | None) -> None:
+    assert parse.gpu_tres(text) == gpus

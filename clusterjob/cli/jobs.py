@@ -15,13 +15,14 @@ from clusterjob.registry import repair
 
 
 def _table(rows: list[jobs.JobStatus]) -> str:
-    headers = ("JOBID", "STATE", "NAME", "NODES", "TIME", "SITE", "REASON")
+    headers = ("JOBID", "STATE", "NAME", "NODES", "GPUS", "TIME", "SITE", "REASON")
     lines = [
         (
             r.job_id,
             r.state + (f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""),
             r.name,
             r.nodes or "-",
+            r.gpus or "-",
             r.elapsed or "-",
             r.site or "-",
             r.reason or "",

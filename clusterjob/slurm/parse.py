@@ -122,6 +122,15 @@ class SubmittedJobId:
 _JOB_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
 
 
+def gpu_tres(text: str | None) -> str | None:
+    """The GPU part of a TRES list: from sacct's AllocTRES ``cpu=2,gres/gpu:a100=2,gres/gpu=2``
+    keep ``gres/gpu:a100=2,gres/gpu=2``; from squeue's ``gres:gpu:a100:2``, that."""
+    if not text:
+        return None
+    parts = [p for p in text.split(",") if p.startswith(("gres/gpu", "gres:gpu"))]
+    return ",".join(parts) or None
+
+
 def parse_job_id(stdout: str) -> SubmittedJobId:
     """``sbatch --parsable`` stdout: ``123`` or ``123;cluster``. Raises ValueError otherwise."""
     lines = [line.strip() for line in stdout.splitlines() if line.strip()]
