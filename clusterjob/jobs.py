@@ -483,7 +483,12 @@ def status(
         elif a is not None:
             updates.append(
                 StateUpdate(
-                    record.token, a.cluster, a.state, a.reason, a.exit_code, a.nodes,
+                    record.token,
+                    a.cluster,
+                    a.state,
+                    a.reason,
+                    a.exit_code,
+                    a.nodes,
                     gpus=parse.gpu_tres(a.alloc_tres),
                 )  # fmt: skip
             )

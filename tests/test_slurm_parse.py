@@ -259,7 +259,10 @@ def test_is_final(state: str, final: bool) -> None:
 @pytest.mark.parametrize(
     ("text", "gpus"),
     [
-        ("billing=2,cpu=2,gres/gpu:a100=2,gres/gpu=2,mem=120G,node=1", "gres/gpu:a100=2,gres/gpu=2"),
+        (
+            "billing=2,cpu=2,gres/gpu:a100=2,gres/gpu=2,mem=120G,node=1",
+            "gres/gpu:a100=2,gres/gpu=2",
+        ),
         ("gres:gpu:v100:1", "gres:gpu:v100:1"),
         ("cpu=1,mem=1G,node=1", None),
         ("", None),

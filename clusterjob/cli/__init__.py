@@ -13,12 +13,13 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from clusterjob.errors import ConfigError, ClusterjobError, exit_code
+from clusterjob.errors import ClusterjobError, ConfigError, exit_code
 
 app = typer.Typer(
     name="clusterjob",
-    help="Get GPU jobs onto the right GPUs of a Slurm cluster, and prove it before training starts.\n\n"
-    "Slurm hooks (for slurm.conf, see the README): `clusterjob prolog`, `clusterjob task-prolog`.",
+    help="Get GPU jobs onto the right GPUs of a Slurm cluster, and prove it before training "
+    "starts.\n\nSlurm hooks (for slurm.conf, see the README): `clusterjob prolog`, "
+    "`clusterjob task-prolog`.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,
@@ -26,7 +27,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-site_app = typer.Typer(help="Site configs: validate, show, probe, gres.conf, drift.", no_args_is_help=True)
+site_app = typer.Typer(
+    help="Site configs: validate, show, probe, gres.conf, drift.", no_args_is_help=True
+)
 app.add_typer(site_app, name="site")
 sandbox_app = typer.Typer(
     help="A local Slurm cluster with stand-in GPUs, for trying clusterjob and for its tests.",
@@ -85,7 +88,7 @@ _registered = False
 
 
 def _register_commands() -> None:
-    """Import the command modules; each adds its commands to ``app`` / ``site_app`` / ``sandbox_app``."""
+    """Import the command modules; each adds its commands to app, site_app or sandbox_app."""
     global _registered
     if _registered:
         return

@@ -102,7 +102,9 @@ class Site:
     node_map: NodeMap
     prolog: PrologPolicy = field(default_factory=PrologPolicy)
     templates_dir: Path | None = None  # site template directory (overrides/extends templates/)
-    node_command: str | None = None  # how job scripts call clusterjob on a node (path to the command)
+    node_command: str | None = (
+        None  # how job scripts call clusterjob on a node (path to the command)
+    )
 
     def model(self, name: str) -> GpuModel | None:
         """The model called ``name`` or one of its aliases, case-insensitively."""
