@@ -17,6 +17,7 @@ from clusterjob.slurm.parse import (
     AccountedJob,
     ControlJob,
     NodeRecord,
+    PartitionRecord,
     QueuedJob,
     StartEstimate,
     SubmittedJobId,
@@ -238,6 +239,10 @@ class SlurmClient:
         if names:
             cmd.append(names)
         return parse.parse_scontrol_nodes(self._query(cmd))
+
+    def partitions(self) -> list[PartitionRecord]:
+        """Every partition with its node hostlist (``scontrol show partition -o``)."""
+        return parse.parse_scontrol_partitions(self._query(["scontrol", "show", "partition", "-o"]))
 
 
 # --- sbatch errors, explained with the site's own vocabulary --------------------------------

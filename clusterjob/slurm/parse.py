@@ -449,6 +449,142 @@ def parse_scontrol_nodes(stdout: str) -> list[NodeRecord]:
     return nodes
 
 
+# --- GRES and partitions (site admin tooling) ------------------------------------------------
+
+# Node states in which a node takes no new jobs (base state or a +FLAG).
+UNAVAILABLE_STATES = frozenset(
+    {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "MAINT",
+     "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN", "REBOOT_ISSUED",
+     "REBOOT_REQUESTED", "RESERVED", "UNKNOWN"}
+)  # fmt: skip
+
+
+def node_unavailable(node: NodeRecord) -> bool:
+    """Whether the node takes no new jobs now (down, drained, not responding, ...)."""
+    return node.state in UNAVAILABLE_STATES or any(f in UNAVAILABLE_STATES for f in node.flags)
+
+
+@dataclass(frozen=True)
+class GresEntry:
+    """One ``name[:type]:count[(...)]`` item of a node's Gres= or GresUsed= value."""
+
+    name: str  # "gpu"
+    type: str | None  # "a100"; None when untyped
+    count: int
+    indices: str | None = None  # GresUsed's IDX part ("0-1"); None for N/A or not printed
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses: ``gpu:a40:1(S:0,2),gpu:v100:1`` has two items."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [item.strip() for item in items if item.strip()]
+
+
+_COUNT = re.compile(r"^(\d+)([KMGTP]?)$")
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+
+
+def parse_gres(text: str | None) -> list[GresEntry]:
+    """A node's ``Gres=`` or ``GresUsed=`` value as entries, every GRES name kept.
+
+    Handles 22.05's ``gpu:a100:2(IDX:0-1)`` / ``gpu:v100:0(IDX:N/A)``, the socket suffix of
+    newer releases (``gpu:a40:1(S:0,2,4)``), untyped ``gpu:2``, ``gpu:(null):2`` and
+    ``gpu`` alone (count 1). Raises ValueError on an item it cannot read.
+    """
+    entries: list[GresEntry] = []
+    if text is None or text.strip() in ("", "(null)", "N/A"):
+        return entries
+    for item in _split_top(text.strip()):
+        indices = None
+        base = item
+        for extra in re.findall(r"\(([^()]*)\)", item):
+            if extra.startswith("IDX:"):
+                value = extra[4:]
+                indices = None if value in ("N/A", "") else value
+        base = re.sub(r"\([^()]*\)", "", item)
+        parts = base.split(":")
+        count = 1
+        m = _COUNT.match(parts[-1]) if len(parts) > 1 else None
+        if m:
+            count = int(m.group(1)) * _UNITS[m.group(2)]
+            parts = parts[:-1]
+        if not parts or not parts[0] or len(parts) > 2:
+            raise ValueError(f"cannot read GRES item {item!r}")
+        gres_type = parts[1] if len(parts) == 2 and parts[1] not in ("", "(null)") else None
+        entries.append(GresEntry(parts[0], gres_type, count, indices))
+    return entries
+
+
+def gpu_counts(text: str | None) -> dict[str | None, int]:
+    """GPU type -> count from a Gres=/GresUsed= value (other GRES, e.g. mps, left out)."""
+    counts: dict[str | None, int] = {}
+    for entry in parse_gres(text):
+        if entry.name == "gpu":
+            counts[entry.type] = counts.get(entry.type, 0) + entry.count
+    return counts
+
+
+def alloc_tres_gpu_counts(text: str | None) -> dict[str | None, int]:
+    """GPU type -> count in use from AllocTRES (``cpu=2,gres/gpu=2,gres/gpu:a100=2``).
+
+    Typed entries win; an untyped ``gres/gpu=N`` counts only where no type is listed. For
+    releases whose ``scontrol show node -d`` prints no GresUsed.
+    """
+    typed: dict[str | None, int] = {}
+    total: int | None = None
+    for part in (text or "").split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.startswith("gres/gpu") or not value.isdigit():
+            continue
+        if key == "gres/gpu":
+            total = int(value)
+        elif key.startswith("gres/gpu:"):
+            typed[key[len("gres/gpu:") :]] = int(value)
+    if typed:
+        return typed
+    return {None: total} if total else {}
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    """``scontrol show partition -o``: a partition's name, node hostlist and state."""
+
+    name: str
+    nodes: str | None  # hostlist as Slurm prints it, e.g. "gpu[1-2]"; None when empty
+    state: str
+    default: bool
+    max_time: str | None
+    raw: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
+
+
+def parse_scontrol_partitions(stdout: str) -> list[PartitionRecord]:
+    partitions = []
+    for line in stdout.splitlines():
+        if not line.startswith("PartitionName="):
+            continue
+        r = parse_scontrol_record(line)
+        partitions.append(
+            PartitionRecord(
+                name=r["PartitionName"],
+                nodes=_null(r.get("Nodes", "")),
+                state=r.get("State", ""),
+                default=r.get("Default", "NO").upper() == "YES",
+                max_time=_null(r.get("MaxTime", "")),
+                raw=r,
+            )
+        )
+    return partitions
+
+
 # --- output paths -------------------------------------------------------------------------
 
 _PATTERN = re.compile(r"%(%|\d*[AJjNux])")
