@@ -7,10 +7,8 @@ bash scripts/bootstrap.sh
 cj=.venv/bin/clusterjob
 $cj sandbox up
 eval "$($cj sandbox env)"
-site=$($cj sandbox env --site-path)
-job=$($cj submit examples/train.py --gpus 2 --model A100 --site "$site" -- --epochs 2)
-echo "submitted job $job"
-$cj status "$job" --wait 120 >/dev/null || true
-$cj status "$job"
-echo "----- job output -----"
-$cj logs "$job"
+$cj submit examples/train.py --gpus 2 --model A100
+echo "----- job output (preflight report on stderr and stdout of the job) -----"
+$cj logs last --follow
+echo "----- status -----"
+$cj status last

@@ -202,6 +202,7 @@ class _PrologRun:
     job_id: str | None
     log_override: str | None
     deadline_override: float | None
+    under_slurmd: bool = False  # run by slurmd (SLURM_SCRIPT_CONTEXT=prolog_slurmd), not by hand
     started: float = field(default_factory=time.monotonic)
     policy: PrologPolicy | None = None
     err: TextIO = field(default_factory=lambda: sys.stderr)
@@ -268,6 +269,7 @@ class _PrologRun:
             return 0
         tail = f"; {log_problem}" if log_problem else ""
         self.say(f"{self.node}: GPUs not checked: {reason} -- draining ({policy}){tail}")
+        self.leave_drain_reason(f"GPUs not checked: {reason}")
         return 1
 
     def verdict(self, report: PreflightReport) -> int:
@@ -292,7 +294,75 @@ class _PrologRun:
         more = f" (+{len(errors) - 1} more error(s))" if len(errors) > 1 else ""
         tail = f"; {log_problem}" if log_problem else ""
         self.say(f"{errors[0].check_id}: {errors[0].message}{more}{tail}")
+        self.leave_drain_reason(f"{errors[0].check_id}: {errors[0].message}{more}")
         return 1
+
+    def leave_drain_reason(self, reason: str) -> None:
+        if self.under_slurmd:
+            set_drain_reason_later(self.node, f"clusterjob: {reason}")
+
+
+# Slurm drains a node whose Prolog fails with the reason "Prolog error"; only that reason is
+# replaced, never one an admin set. Bounded: the helper gives up after this many seconds.
+SLURM_PROLOG_REASON = "Prolog error"
+DRAIN_REASON_WAIT_S = 60.0
+_SLURM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"
+
+
+def set_drain_reason_later(node: str, reason: str, *, scontrol: str | None = None) -> None:
+    """Make ``sinfo -R`` say why the Prolog drained the node, without stalling slurmd.
+
+    The Prolog must not call Slurm itself: slurmd waits for it (and reads its output to EOF),
+    and slurmctld only drains the node after the Prolog has exited. So a detached grandchild,
+    in its own session and holding none of the Prolog's descriptors, waits until slurmctld has
+    drained the node with "Prolog error", then replaces that reason with ours. Silent and
+    bounded; the node-local JSON log has the same reason in any case.
+    """
+    import shutil  # failure path only: keep the passing Prolog's imports minimal
+
+    scontrol = scontrol or shutil.which("scontrol", path=os.environ.get("PATH") or _SLURM_PATH)
+    if not scontrol:
+        return
+    reason = " ".join(reason.split())[:250]
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    if pid:
+        _reap(pid, block=True)
+        return
+    try:  # first child: new session, then fork again so the helper is re-parented to init
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(3, 65536)
+        _replace_prolog_reason(scontrol, node, reason)
+    finally:
+        os._exit(0)
+
+
+def _replace_prolog_reason(scontrol: str, node: str, reason: str) -> None:
+    import subprocess
+
+    end = time.monotonic() + DRAIN_REASON_WAIT_S
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        try:
+            shown = subprocess.run(
+                [scontrol, "show", "node", "-o", node], capture_output=True, text=True, timeout=10
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if f"Reason={SLURM_PROLOG_REASON}" in shown:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(
+                    [scontrol, "update", f"NodeName={node}", f"Reason={reason}"],
+                    capture_output=True, timeout=10,
+                )  # fmt: skip
+            return
 
 
 def _prolog(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -301,6 +371,7 @@ def _prolog(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         job_id=environ.get("SLURM_JOB_ID"),
         log_override=args.log,
         deadline_override=args.deadline,
+        under_slurmd=environ.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmd",
     )
     try:
         run.arm_alarm()

@@ -48,8 +48,9 @@ def daemon_names() -> list[str]:
 
 
 def client_env(state_dir: Path) -> dict[str, str]:
-    """What a client needs to reach the sandbox: SLURM_CONF."""
-    return {"SLURM_CONF": str(Layout(state_dir).slurm_conf)}
+    """What a client needs to use the sandbox: SLURM_CONF, and its site config for clusterjob."""
+    layout = Layout(state_dir)
+    return {"SLURM_CONF": str(layout.slurm_conf), "CLUSTERJOB_SITE": str(layout.site_yaml)}
 
 
 def _slurm_env(layout: Layout) -> dict[str, str]:
