@@ -36,7 +36,8 @@ def _wait_for(path: Path, lines: int, timeout: float = 10) -> list[str]:
 def test_replaces_slurms_prolog_error_reason(tmp_path: Path) -> None:
     scontrol, calls = _fake_scontrol(tmp_path, "Prolog error")
     started = time.monotonic()
-    hooks.set_drain_reason_later("gpu3", "clusterjob: model-mismatch: slot 0", scontrol=str(scontrol))
+    reason = "clusterjob: model-mismatch: slot 0"
+    hooks.set_drain_reason_later("gpu3", reason, scontrol=str(scontrol))
     assert time.monotonic() - started < 1.0  # the Prolog does not wait for it
     got = _wait_for(calls, 2)
     assert got == [
