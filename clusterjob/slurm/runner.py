@@ -6,6 +6,11 @@ exponential backoff with jitter and all fit inside one overall deadline. Failure
 as the typed errors of ``clusterjob.errors``, carrying the command, exit code and stderr.
 
 Tests inject a fake ``exec`` function (``Runner(exec=...)``) instead of patching subprocess.
+
+``CLUSTERJOB_SLURM_DEADLINE`` (seconds) caps everything one ``Runner`` does, attempts, retries
+and pauses together, measured from its first command. Each clusterjob operation (a submission
+with its look-ups, a status query, a cancel) uses one runner, so with the controller down it
+gives up within that many seconds instead of the default windows (up to two minutes).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable
+from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
 
 # stderr fragments (as printed by Slurm 22.05 clients) that mean "the controller did not
 # answer this time", not "your request is wrong". See tests/fixtures/slurm/*_err_*.
@@ -39,6 +44,21 @@ NO_CONFIG_MARKERS = (
 
 DEFAULT_TIMEOUT = 30.0  # one attempt; Slurm clients wait MessageTimeout (10 s) per RPC try
 DEFAULT_RETRY_WINDOW = 60.0  # overall deadline when the caller retries without giving one
+DEADLINE_ENV = "CLUSTERJOB_SLURM_DEADLINE"
+
+
+def deadline_from_env() -> float | None:
+    """The ``CLUSTERJOB_SLURM_DEADLINE`` budget in seconds; None when unset."""
+    text = os.environ.get(DEADLINE_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise UsageError(f"{DEADLINE_ENV}={text!r}: give a number of seconds greater than 0")
+    return value
 
 
 @dataclass(frozen=True)
@@ -95,6 +115,7 @@ class Runner:
         base_delay: float = 0.5,
         max_delay: float = 8.0,
         rng: random.Random | None = None,
+        budget: float | None = None,
     ) -> None:
         self._exec = exec or subprocess_exec
         self._sleep = sleep
@@ -103,6 +124,9 @@ class Runner:
         self._max_delay = max_delay
         self._rng = rng or random.Random()
         self.calls: int = 0  # attempts made; status tests count Slurm load with it
+        # seconds for everything this runner does (default: $CLUSTERJOB_SLURM_DEADLINE)
+        self.budget = budget if budget is not None else deadline_from_env()
+        self._budget_end: float | None = None  # set at the first command
 
     def clock(self) -> float:
         return self._clock()
@@ -136,11 +160,15 @@ class Runner:
         start = self._clock()
         if deadline is None:
             deadline = start + (DEFAULT_RETRY_WINDOW if retry else timeout)
+        end = self._budget_left(cmd, start)
+        if end is not None:
+            deadline = min(deadline, end)
         attempt = 0
         while True:
             remaining = deadline - self._clock()
             if remaining <= 0 and attempt == 0:
-                remaining = timeout  # the caller's deadline already passed: try once anyway
+                # the caller's deadline already passed: try once anyway, within the budget
+                remaining = timeout if end is None else end - self._clock()
             error = self._attempt(cmd, min(timeout, remaining), input)
             if not isinstance(error, SlurmError):
                 return error
@@ -160,6 +188,21 @@ class Runner:
                 ) from error
             self._sleep(self.backoff(attempt, remaining))
             attempt += 1
+
+    def _budget_left(self, cmd: list[str], now: float) -> float | None:
+        """The absolute end of this runner's budget (None: no budget); raise when spent."""
+        if self.budget is None:
+            return None
+        if self._budget_end is None:
+            self._budget_end = now + self.budget
+        if self._budget_end - now <= 0:
+            raise SlurmUnavailable(
+                cmd,
+                None,
+                f"{cmd[0]} not run: the {DEADLINE_ENV}={self.budget:g}s budget for Slurm is spent",
+                hint="the controller may be down or overloaded, try again later",
+            )
+        return self._budget_end
 
     def _attempt(
         self, cmd: list[str], timeout: float, input: str | None
