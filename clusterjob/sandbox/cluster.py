@@ -547,6 +547,26 @@ def _ensure_slurmds(layout: Layout, deadline: float, say: Say) -> None:
         _wait("registered with slurmctld", rec, deadline, ready)
 
 
+def stop_daemon(state_dir: Path, name: str, *, timeout: float = 20) -> bool:
+    """Stop one daemon of the sandbox by its pid record (fault tests stop slurmctld);
+    True when it was running."""
+    layout = Layout(state_dir)
+    rec = host.read_pid(layout.pid_dir, name)
+    if rec is None or not rec.alive():
+        return False
+    host.stop(rec, layout.pid_dir, timeout=timeout)
+    return True
+
+
+def start_slurmctld(state_dir: Path, *, timeout: float = 60) -> None:
+    """Start slurmctld again after ``stop_daemon`` and wait until it answers and every node
+    has registered with it again (slurmd keeps running meanwhile)."""
+    layout = Layout(state_dir)
+    deadline = time.monotonic() + timeout
+    _ensure_slurmctld(layout, deadline, _quiet)
+    _ensure_slurmds(layout, deadline, _quiet)
+
+
 # --- down ------------------------------------------------------------------------------------
 
 
