@@ -86,7 +86,7 @@ class NodeMap:
 @dataclass(frozen=True)
 class PrologPolicy:
     on_error: OnError = OnError.DRAIN  # documented default: an unchecked node is not trusted
-    deadline_seconds: float = 20.0  # well under a typical PrologTimeout
+    deadline_seconds: float = 20.0  # well under a typical PrologEpilogTimeout
     log_path: str = "/var/log/clusterjob/prolog.jsonl"
 
 
