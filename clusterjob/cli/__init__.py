@@ -92,6 +92,6 @@ def _register_commands() -> None:
     global _registered
     if _registered:
         return
-    from clusterjob.cli import jobs, node, sandbox, site, submit, workstation  # noqa: F401
+    from clusterjob.cli import avail, jobs, node, sandbox, site, submit, workstation  # noqa: F401
 
     _registered = True

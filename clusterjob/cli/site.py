@@ -94,3 +94,62 @@ def gres_conf(
     print("\n".join(gres_conf_lines(loaded, device_prefix)))
     print("\n# slurm.conf: add these Gres= values to the NodeName lines (GresTypes=gpu)")
     print("\n".join(f"# {line}" for line in slurm_node_gres_lines(loaded)))
+
+
+@site_app.command("probe")
+def probe(
+    site: SiteOption = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Node name (default: this host's short name).")
+    ] = None,
+    merge: Annotated[
+        Path | None,
+        typer.Option("--merge", help="Update (or add) this node's entry in this site file."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Read this node's GPUs (NVML) and print its node-map entry, in PCI bus order."""
+    from clusterjob.errors import SiteNotFound
+    from clusterjob.site.loader import load_site
+    from clusterjob.site.probe import entry_yaml, merge_file
+    from clusterjob.site.probe import probe as probe_node
+
+    loaded: Site | None
+    if merge is not None:
+        loaded = load_site(merge)  # the models of the file being edited name the GPUs
+    else:
+        try:
+            loaded = _load(site)
+        except SiteNotFound:
+            if site is not None:
+                raise
+            loaded = None
+    probed = probe_node(node, loaded)
+    if merge is not None:
+        result = merge_file(merge, probed)
+        if as_json:
+            record = {"file": str(result.path), "action": result.action, **probed.to_dict()}
+            print(json.dumps(record, indent=2))
+        else:
+            print(result)
+        return
+    if as_json:
+        print(json.dumps({"site": loaded.name if loaded else None, **probed.to_dict()}, indent=2))
+        return
+    where = f"site {loaded.name}" if loaded else "no site config found"
+    print(f"# node_map entry for {probed.node} ({where}); paste under node_map:")
+    print(entry_yaml(probed), end="")
+
+
+@site_app.command("diff")
+def diff(site: SiteOption = None, as_json: JsonOption = False) -> None:
+    """Compare the node map with the live cluster (exit 1 when they differ)."""
+    from clusterjob.site.drift import diff_site, format_report
+
+    report = diff_site(_load(site))
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print("\n".join(format_report(report)))
+    if not report.in_sync:
+        raise typer.Exit(1)

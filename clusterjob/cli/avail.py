@@ -1,0 +1,36 @@
+"""Command: avail (registered on the app in clusterjob.cli)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from clusterjob.cli import app
+
+
+@app.command("avail")
+def avail(
+    site: Annotated[
+        str | None, typer.Option("--site", "-s", help="Site name or site YAML file.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="GPU model (or an alias).")
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", help="GPUs per node: also ask Slurm when such a job would start."),
+    ] = None,
+    partition: Annotated[str | None, typer.Option("--partition", "-p")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Free GPUs by model and partition now (drained/down nodes left out, and named)."""
+    from clusterjob.avail import availability, format_availability
+    from clusterjob.cli.submit import load_site_for_submit
+
+    result = availability(load_site_for_submit(site), model=model, gpus=gpus, partition=partition)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print("\n".join(format_availability(result)))
