@@ -21,6 +21,6 @@ export CLUSTERJOB_SITE=<repo>/site_configs/mllab.yaml
 python=/usr/bin/python3
 
 # Preflight: check this job's GPUs against the site's node map before training starts.
-<sys.executable> -m clusterjob preflight
+/opt/clusterjob/bin/clusterjob preflight
 
 exec "$python" train.py --lr 3e-4

@@ -33,7 +33,7 @@ export CLUSTERJOB_SITE=<repo>/site_configs/mllab.yaml
 python=/usr/bin/python3
 
 # Preflight: check this job's GPUs against the site's node map before training starts.
-srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" <sys.executable> -m clusterjob preflight
+srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" /opt/clusterjob/bin/clusterjob preflight
 
 # torchrun with a static rendezvous on the first node of the job. Its address comes from
 # Slurm (NodeAddr), so it also works where several nodes share one host.
