@@ -3,7 +3,7 @@
 # stand-in GPUs, submit examples/train.py on two A100s, and show the preflight report and output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+bash scripts/bootstrap.sh sandbox
 cj=.venv/bin/clusterjob
 $cj sandbox up
 eval "$($cj sandbox env)"
