@@ -461,7 +461,8 @@ UNAVAILABLE_STATES = frozenset(
 
 def node_unavailable(node: NodeRecord) -> bool:
     """Whether the node takes no new jobs now (down, drained, not responding, ...)."""
-    return node.state in UNAVAILABLE_STATES or any(f in UNAVAILABLE_STATES for f in node.flags)
+    states = (node.state, *node.flags)  # older releases mark "not responding" as DOWN*
+    return any(s.rstrip("*") in UNAVAILABLE_STATES or s.endswith("*") for s in states)
 
 
 @dataclass(frozen=True)
