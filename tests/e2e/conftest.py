@@ -93,9 +93,18 @@ class Sandbox:
                 fields[last] += " " + part
         return fields
 
-    def resume(self, node: str) -> None:
-        """Return a drained node to service (after a test that made the Prolog fail)."""
+    def resume(self, node: str, timeout: float = 30) -> None:
+        """Return a drained node to service (after a test that made the Prolog fail), and wait
+        until slurmctld has heard from it again (right after a resume sinfo shows `idle*`)."""
         self.run("scontrol", "update", f"nodename={node}", "state=resume")
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.run("sinfo", "-h", "-N", "-n", node, "-o", "%T").strip()
+            if state and not state.endswith("*") and "drain" not in state:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"node {node} still {state!r} {timeout}s after resume")
+            time.sleep(0.3)
 
 
 def clusterjob_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180):
