@@ -1,12 +1,11 @@
 """The slurm/jobs layer against the real local Slurm cluster (`clusterjob sandbox up`).
 
-Clients find the cluster through SLURM_CONF, as on a login node. Skipped only when
-SLURM_CONF is not set; CI always brings the sandbox up first.
+Clients find the cluster through SLURM_CONF, as on a login node: the fixture below sets it
+to the sandbox's (brought up by the session fixture when it is not running).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -22,20 +21,19 @@ from clusterjob.site.model import Site
 from clusterjob.slurm.commands import SlurmClient
 from clusterjob.slurm.runner import Runner
 
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.skipif(
-        not os.environ.get("SLURM_CONF"),
-        reason="SLURM_CONF is not set: bring the sandbox up (`clusterjob sandbox up`) and "
-        "export SLURM_CONF=/var/lib/clusterjob-sandbox/slurm.conf",
-    ),
-]
+from .conftest import Sandbox
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(autouse=True)
+def _slurm_conf(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(sandbox.layout.slurm_conf))
 
 
 @pytest.fixture(scope="module")
-def site() -> Site:
-    path = Path(os.environ["SLURM_CONF"]).parent / "site.yaml"
-    return load_site(path)
+def site(sandbox: Sandbox) -> Site:
+    return load_site(sandbox.site_path)
 
 
 @pytest.fixture
