@@ -345,24 +345,18 @@ def set_drain_reason_later(node: str, reason: str, *, scontrol: str | None = Non
 
 
 def _replace_prolog_reason(scontrol: str, node: str, reason: str) -> None:
-    import subprocess
+    from clusterjob.slurm import runner  # the one way Slurm commands run; failure path only
 
     end = time.monotonic() + DRAIN_REASON_WAIT_S
     while time.monotonic() < end:
         time.sleep(1.0)
         try:
-            shown = subprocess.run(
-                [scontrol, "show", "node", "-o", node], capture_output=True, text=True, timeout=10
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
+            shown = runner.run([scontrol, "show", "node", "-o", node], timeout=10).stdout
+            if f"Reason={SLURM_PROLOG_REASON}" in shown:
+                runner.run([scontrol, "update", f"NodeName={node}", f"Reason={reason}"], timeout=10)
+                return
+        except ClusterjobError:
             continue
-        if f"Reason={SLURM_PROLOG_REASON}" in shown:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run(
-                    [scontrol, "update", f"NodeName={node}", f"Reason={reason}"],
-                    capture_output=True, timeout=10,
-                )  # fmt: skip
-            return
 
 
 def _prolog(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
