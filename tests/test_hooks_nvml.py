@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -554,20 +555,36 @@ def test_preflight_unknown_model_is_usage_error(node: Node) -> None:
 # -- gpus --------------------------------------------------------------------------------
 
 
-def test_gpus_table(node: Node) -> None:
-    scenario = mixed(**{"2": {"ecc_uncorrectable": 2}})
+def test_gpus_table(node: Node, tmp_path: Path) -> None:
+    """Health per GPU, and who holds it: a `clusterjob run` claim and NVML's processes."""
+    from clusterjob.workstation.claims import HeldClaims, ensure_shared_dir, try_claim, write_holder
+
+    scenario = mixed(
+        **{"2": {"ecc_uncorrectable": 2}, "3": {"processes": ((4242, 3 * 2**30, "python"),)}}
+    )
     node.setup(scenario)
-    done = node.run("gpus")
-    assert (done.returncode, done.stderr) == (0, "")
     u = [g.uuid for g in scenario.gpus]
-    assert done.stdout.splitlines() == [
-        "INDEX  BUS ID        NAME                   MEMORY  MINOR  UUID" + " " * 38 + "HEALTH",
-        f"0      0000:07:00.0  NVIDIA A100-SXM4-80GB  80 GiB  0      {u[0]}  ok",
-        f"1      0000:0b:00.0  NVIDIA A100-SXM4-80GB  80 GiB  1      {u[1]}  ok",
-        f"2      0000:48:00.0  Tesla V100-SXM2-32GB   32 GiB  2      {u[2]}  ecc:2",
-        f"3      0000:4c:00.0  Tesla V100-SXM2-32GB   32 GiB  3      {u[3]}  ok",
-        "driver 550.54.15, CUDA 12.4, 4 GPU(s)",
-    ]
+    lock_dir = ensure_shared_dir(tmp_path / "locks")
+    held = HeldClaims()  # this test process holds GPU 1 while `clusterjob gpus` looks
+    assert try_claim(lock_dir, u[1], held)
+    write_holder(held, u[1], "python train.py", pid=777)
+    done = node.run("gpus", env={"CLUSTERJOB_LOCK_DIR": str(lock_dir)})
+    held.release(u[1])
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == [
+        "INDEX", "BUS", "ID", "NAME", "MEMORY", "MINOR", "UUID", "HEALTH", "IN", "USE", "BY",
+    ]  # fmt: skip
+    rows = [line.split(None, 7) for line in lines[1:5]]
+    assert [r[:2] for r in rows] == [["0", BUSES[0]], ["1", BUSES[1]], ["2", BUSES[2]],
+                                     ["3", BUSES[3]]]  # fmt: skip
+    assert lines[1].endswith(f"{u[0]}  ok      -")
+    assert re.search(
+        rf"{u[1]}  ok      claimed by \S+ \(pid 777, since [\d:]+: python train\.py\)$", lines[2]
+    )
+    assert lines[3].endswith(f"{u[2]}  ecc:2   -")
+    assert lines[4].endswith(f"{u[3]}  ok      pid 4242 python (3 GiB)")
+    assert lines[5] == "driver 550.54.15, CUDA 12.4, 4 GPU(s)"
 
 
 def test_gpus_json(node: Node) -> None:

@@ -47,9 +47,12 @@ def preflight(
 def gpus(
     as_json: Annotated[bool, typer.Option("--json", help="Print the inventory as JSON.")] = False,
 ) -> None:
-    """List this node's GPUs as NVML sees them, in PCI bus order."""
+    """List this node's GPUs as NVML sees them, in PCI bus order, and who holds each."""
+    from clusterjob.workstation.claims import current_claims
+
     inventory = hooks.read_gpus()
+    holders = {c.key: c.holder_text() for c in current_claims()}
     if as_json:
-        print(json.dumps(report.inventory_to_dict(inventory), indent=2, sort_keys=True))
+        print(json.dumps(report.inventory_to_dict(inventory, holders), indent=2, sort_keys=True))
     else:
-        print(report.render_inventory(inventory))
+        print(report.render_inventory(inventory, holders))

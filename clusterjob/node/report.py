@@ -6,7 +6,7 @@ Stdlib only: the Prolog path imports this too.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
 from clusterjob.node.checks import PreflightReport, Severity
@@ -96,9 +96,26 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**30:.0f} GiB"
 
 
-def render_inventory(inv: GpuInventory) -> str:
+def in_use_by(gpu: Gpu, holders: Mapping[str, str]) -> str:
+    """Who holds a GPU: a ``clusterjob run`` claim (keyed by UUID, else bus ID) and the compute
+    processes NVML sees on it ("?" where NVML cannot list them)."""
+    parts = []
+    claim = holders.get(gpu.uuid or gpu.bus_id)
+    if claim:
+        parts.append(f"claimed by {claim}")
+    if gpu.processes is None:
+        parts.append("processes: ?")
+    elif gpu.processes:
+        parts.append(
+            ", ".join(f"pid {p.pid} {p.name or '?'} ({_gib(p.used_memory)})" for p in gpu.processes)
+        )
+    return "; ".join(parts) or "-"
+
+
+def render_inventory(inv: GpuInventory, holders: Mapping[str, str] | None = None) -> str:
     """The ``clusterjob gpus`` table, in PCI bus order (NVML's own index shown for reference)."""
-    header = ("INDEX", "BUS ID", "NAME", "MEMORY", "MINOR", "UUID", "HEALTH")
+    holders = holders or {}
+    header = ("INDEX", "BUS ID", "NAME", "MEMORY", "MINOR", "UUID", "HEALTH", "IN USE BY")
     rows = [
         (
             str(g.index),
@@ -108,6 +125,7 @@ def render_inventory(inv: GpuInventory) -> str:
             "-" if g.minor is None else str(g.minor),
             g.uuid or "-",
             gpu_health(g),
+            in_use_by(g, holders),
         )
         for g in sorted(inv.gpus, key=lambda g: g.bus_id)
     ]
@@ -118,9 +136,12 @@ def render_inventory(inv: GpuInventory) -> str:
     return "\n".join(lines)
 
 
-def inventory_to_dict(inv: GpuInventory) -> dict[str, object]:
+def inventory_to_dict(
+    inv: GpuInventory, holders: Mapping[str, str] | None = None
+) -> dict[str, object]:
     return {
         "driver_version": inv.driver_version,
         "cuda_driver_version": inv.cuda_driver_version,
         "gpus": [asdict(g) for g in inv.gpus],
+        "claims": dict(holders or {}),  # clusterjob run claims: GPU UUID (or bus ID) -> holder
     }
