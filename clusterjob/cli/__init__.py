@@ -92,6 +92,9 @@ def _register_commands() -> None:
     global _registered
     if _registered:
         return
-    from clusterjob.cli import avail, jobs, node, sandbox, site, submit, workstation  # noqa: F401
+    # Import order is the order of `clusterjob --help`: the researcher's commands first.
+    # isort: off
+    from clusterjob.cli import submit, jobs, avail, workstation, node, site, sandbox  # noqa: F401
+    # isort: on
 
     _registered = True
