@@ -1,0 +1,140 @@
+"""Shared helpers: interleaved timing against a reference, the machine line, result rows."""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PYTHON = sys.executable
+REFERENCE = (PYTHON, "-c", "pass")  # the floor: starting the same interpreter, doing nothing
+REFERENCE_NAME = "python3 -c pass"
+
+
+def clusterjob_command() -> list[str]:
+    """The installed ``clusterjob`` console script (what slurm.conf and users run).
+
+    A pyenv-style shim on PATH is skipped: it is a shell wrapper, not part of clusterjob.
+    """
+    beside = Path(PYTHON).with_name("clusterjob")
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("clusterjob")
+    return [found] if found else [PYTHON, "-m", "clusterjob"]
+
+
+@dataclass
+class Row:
+    """One figure: what was measured, its value, and the ratio against the run's reference."""
+
+    benchmark: str
+    figure: str
+    value: float
+    unit: str
+    ratio: float | None = None  # value / reference value (None: a count, not a time)
+    reference: str | None = None
+    target: str | None = None
+    met: bool | None = None
+    note: str = ""
+
+
+@dataclass
+class Result:
+    """What one benchmark produced."""
+
+    name: str
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, figure: str, value: float, unit: str, **kw: object) -> Row:
+        row = Row(self.name, figure, value, unit, **kw)  # type: ignore[arg-type]
+        self.rows.append(row)
+        return row
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "rows": [asdict(r) for r in self.rows],
+            "notes": self.notes,
+        }
+
+
+def run_timed(
+    cmd: Sequence[str], env: Mapping[str, str] | None = None, *, check: bool = True
+) -> float:
+    """Wall seconds of one run of ``cmd``; output discarded. Raises on a non-zero exit."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        list(cmd),
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    elapsed = time.perf_counter() - start
+    if check and done.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.decode(errors='replace')}"
+        )
+    return elapsed
+
+
+def interleaved(
+    commands: Mapping[str, tuple[Sequence[str], Mapping[str, str] | None]],
+    repeats: int,
+    *,
+    warmup: int = 1,
+) -> dict[str, list[float]]:
+    """Run every command ``repeats`` times, in a shuffled order each round.
+
+    Interleaving spreads the noise of a shared machine (another process taking a core for a
+    second) over every command alike instead of charging it to whichever ran then.
+    """
+    names = list(commands)
+    for _ in range(warmup):  # page cache, .pyc files
+        for name in names:
+            cmd, env = commands[name]
+            run_timed(cmd, env)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    rng = random.Random(1)
+    for _ in range(repeats):
+        order = names[:]
+        rng.shuffle(order)
+        for name in order:
+            cmd, env = commands[name]
+            times[name].append(run_timed(cmd, env))
+    return times
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def machine_line() -> dict[str, object]:
+    """What the figures were measured on (they are ratios, but load still matters)."""
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = []
+    return {
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "load_average": load,
+    }
+
+
+def within(value: float, limit: float) -> bool:
+    return value <= limit

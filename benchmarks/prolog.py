@@ -1,0 +1,144 @@
+"""Prolog latency: ``clusterjob prolog`` on an 8-GPU H100 node, for 10 to 10,000-node sites.
+
+The Prolog runs before every job on every node, so it is measured as slurmd runs it: a new
+process with the site file and cache dir on its command line, the stand-in NVML library on
+LD_LIBRARY_PATH, and the job's GPUs in SLURM_JOB_GPUS. Warm: the per-node cache is filled
+(every run but the first after a site edit). Cold: the cache is empty, so the full loader
+parses and validates the whole site file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from benchmarks.common import (
+    REFERENCE,
+    REFERENCE_NAME,
+    Result,
+    clusterjob_command,
+    interleaved,
+    median,
+    run_timed,
+)
+from benchmarks.sitegen import BUS_IDS, write_site
+
+TARGET_RATIO = 3.0  # prolog / python -c pass
+TARGET_SCALE = 1.2  # largest site / 10-node site, warm cache
+
+
+def standin_lib(work: Path) -> Path:
+    """The stand-in libnvidia-ml.so.1 (compiled once per source hash)."""
+    from clusterjob.sandbox.standin import build_standin_library
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    try:
+        return build_standin_library(cache / "clusterjob-bench" / "standin-nvml")
+    except OSError:
+        return build_standin_library(work / "standin-nvml")
+
+
+def prolog_env(lib: Path, scenario: Path, node: str) -> dict[str, str]:
+    from clusterjob.sandbox.standin import standin_env
+
+    env = dict(os.environ)
+    env.update(standin_env(lib.parent, scenario))
+    env.update(
+        SLURMD_NODENAME=node,
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_GPUS=",".join(str(i) for i in range(8)),
+    )
+    return env
+
+
+def run(work: Path, *, quick: bool) -> Result:
+    from clusterjob.sandbox.standin import StandinScenario, gpus_on_buses, h100, write_scenario
+
+    result = Result("prolog", "Prolog latency (8x H100 node, stand-in NVML)")
+    if os.geteuid() != 0:
+        result.notes.append("skipped: the Prolog only trusts root-owned site files; run as root")
+        return result
+    sizes = (10, 100) if quick else (10, 1_000, 10_000)
+    styles = ("hostlist",) if quick else ("hostlist", "individual")
+    repeats = 3 if quick else 15
+    lib = standin_lib(work)
+    sites = work / "sites"  # root-owned, 755; files 644: what check_trusted accepts
+    commands = {REFERENCE_NAME: (REFERENCE, None)}
+    cache_dirs = {}
+    for n in sizes:
+        for style in styles:
+            if style == "individual" and n > 1_000 and quick:
+                continue
+            path, node = write_site(sites, n, style)
+            scenario = write_scenario(
+                work / f"scenario-{node}.txt",
+                StandinScenario(gpus=gpus_on_buses(h100, BUS_IDS["H100"], node=node)),
+            )
+            cache = work / f"cache-{n}-{style}"
+            cache_dirs[(n, style)] = cache
+            cmd = [*clusterjob_command(), "prolog", "--site", str(path), "--cache-dir", str(cache)]
+            commands[f"{n}-{style}"] = (cmd, prolog_env(lib, scenario, node))
+
+    # cold: empty cache, so the full loader runs (first job after a site edit)
+    cold: dict[str, tuple[float, str]] = {}
+    for (n, style), cache in list(cache_dirs.items()):
+        key = f"{n}-{style}"
+        cmd, env = commands[key]
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir(mode=0o755)
+        try:  # also fills the cache for the warm runs
+            cold[key] = (run_timed(cmd, env), "")
+        except RuntimeError as exc:  # e.g. past the Prolog's deadline: the node would drain
+            cold[key] = (float("nan"), str(exc).strip().splitlines()[-1])
+            del commands[key]  # no cache entry, so no warm figure either
+
+    times = interleaved(commands, repeats)
+    ref = median(times[REFERENCE_NAME])
+    result.add(REFERENCE_NAME, ref * 1000, "ms", note=f"median of {repeats}")
+    base = median(times[f"{sizes[0]}-hostlist"])
+    for n in sizes:
+        for style in styles:
+            key = f"{n}-{style}"
+            if key not in times:
+                continue
+            warm = median(times[key])
+            result.add(
+                f"prolog, {n:,}-node site ({style}), warm cache",
+                warm * 1000,
+                "ms",
+                ratio=warm / ref,
+                reference=REFERENCE_NAME,
+                target=f"<= {TARGET_RATIO}x",
+                met=warm / ref <= TARGET_RATIO,
+                note=f"median of {repeats}; {warm / base:.2f}x the {sizes[0]}-node site",
+            )
+    for n in sizes[1:]:
+        for style in styles:
+            key = f"{n}-{style}"
+            if key not in times:
+                continue
+            scale = median(times[key]) / base
+            result.add(
+                f"prolog warm, {n:,}-node ({style}) vs {sizes[0]}-node (hostlist)",
+                scale,
+                "x",
+                ratio=scale,
+                reference=f"prolog, {sizes[0]}-node site, warm",
+                target=f"<= {TARGET_SCALE}x",
+                met=scale <= TARGET_SCALE,
+            )
+    for key, (seconds, failure) in cold.items():
+        n, style = key.split("-")
+        result.add(
+            f"prolog, {int(n):,}-node site ({style}), cold (empty cache, one run)",
+            seconds * 1000,
+            "ms",
+            ratio=None if failure else seconds / ref,
+            reference=REFERENCE_NAME,
+            met=False if failure else None,
+            note=f"FAILED: {failure}"
+            if failure
+            else "first job after a site edit: the full loader validates the file",
+        )
+    return result

@@ -1,0 +1,83 @@
+"""Site config scale: load + validate time and peak memory for a 10,000-node site.
+
+Each load runs in a fresh child (so ru_maxrss is that load's own peak): once timed, once
+under tracemalloc for the Python-level peak. Time is reported against loading a 10-node
+site in the same run; memory against the child's resident size before the load.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from benchmarks.common import PYTHON, Result, median
+from benchmarks.sitegen import write_site
+
+CHILD = """\
+import json, resource, sys, time, tracemalloc
+from pathlib import Path
+from clusterjob.site.loader import load_site
+path, traced = Path(sys.argv[1]), sys.argv[2] == "1"
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if traced:
+    tracemalloc.start()
+start = time.perf_counter()
+site = load_site(path)
+seconds = time.perf_counter() - start
+peak = tracemalloc.get_traced_memory()[1] if traced else None
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": seconds, "rss_before_kib": before, "rss_after_kib": after,
+                  "traced_peak": peak, "nodes": len(site.node_map.nodes)}))
+"""
+
+
+def _child(path: Path, traced: bool) -> dict:
+    done = subprocess.run(
+        [PYTHON, "-c", CHILD, str(path), "1" if traced else "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def run(work: Path, *, quick: bool) -> Result:
+    result = Result("site_config", "Site config: load + validate, peak memory")
+    big = 1_000 if quick else 10_000
+    repeats = 1 if quick else 3
+    cases = [(10, "hostlist"), (big, "hostlist"), (big if not quick else 100, "individual")]
+    base_time = None
+    for n, style in cases:
+        path, _ = write_site(work / "config-sites", n, style)
+        runs = [_child(path, traced=False) for _ in range(repeats if style == "hostlist" else 1)]
+        seconds = median([r["seconds"] for r in runs])
+        rss = runs[0]["rss_after_kib"] - runs[0]["rss_before_kib"]
+        if base_time is None:
+            base_time = seconds
+        size = path.stat().st_size
+        result.add(
+            f"load + validate, {n:,}-node site ({style}, {size / 1024:,.0f} KiB)",
+            seconds * 1000,
+            "ms",
+            ratio=seconds / base_time,
+            reference="load + validate, 10-node site",
+            note=f"median of {len(runs)}; {len(path.read_text().splitlines()):,} lines",
+        )
+        result.add(
+            f"peak RSS growth during the load, {n:,}-node ({style})",
+            rss / 1024,
+            "MiB",
+            ratio=runs[0]["rss_after_kib"] / runs[0]["rss_before_kib"],
+            reference="child RSS before the load (interpreter + loader imports)",
+        )
+        if n == big or quick:
+            traced = _child(path, traced=True)
+            result.add(
+                f"tracemalloc peak, {n:,}-node ({style})",
+                traced["traced_peak"] / 2**20,
+                "MiB",
+                ratio=traced["traced_peak"] / size,
+                reference="size of the site file",
+            )
+    return result

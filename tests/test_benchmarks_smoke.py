@@ -1,0 +1,71 @@
+"""Smoke pass of ``python -m benchmarks --quick``: every benchmark runs and produces figures.
+
+No timing is asserted (the figures depend on the machine); only that each benchmark ran,
+wrote its rows into the Markdown and JSON results, and that counts are counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+# benchmarks/ sits beside the package, not in it: importable from the repository root only
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.__main__ import main  # noqa: E402
+
+SANDBOX_CONF = "/var/lib/clusterjob-sandbox/slurm.conf"
+
+
+def _slurm_up() -> bool:
+    return (
+        shutil.which("sbatch") is not None
+        and Path(os.environ.get("SLURM_CONF", SANDBOX_CONF)).is_file()
+    )
+
+
+def _run(tmp_path: Path, *names: str) -> dict:
+    out = tmp_path / "results.md"
+    assert main(["--quick", "--out", str(out), "--only", *names]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    text = out.read_text()
+    assert "Machine:" in text and "load average" in text
+    assert data["machine"]["cpu_count"] >= 1 and data["machine"]["python"]
+    for result in data["results"]:
+        assert not any(n.startswith("failed") for n in result["notes"]), result["notes"]
+        for row in result["rows"]:
+            assert row["figure"] in text
+    return {r["name"]: r for r in data["results"]}
+
+
+def test_local_benchmarks_produce_figures(tmp_path: Path) -> None:
+    results = _run(tmp_path, "prolog", "cli", "site_config")
+    if os.geteuid() == 0:
+        prolog = results["prolog"]["rows"]
+        assert any("warm cache" in r["figure"] and r["ratio"] > 0 for r in prolog)
+        assert any("cold" in r["figure"] for r in prolog)
+    cli = results["cli"]["rows"]
+    assert {"clusterjob --help", "clusterjob submit --dry-run (10-node site)"} <= {
+        r["figure"] for r in cli
+    }
+    assert all(r["value"] > 0 for r in cli)
+    assert any(r["unit"] == "MiB" for r in results["site_config"]["rows"])
+
+
+@pytest.mark.slurm
+def test_slurm_benchmarks_produce_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "SLURM_CONF" not in os.environ:
+        monkeypatch.setenv("SLURM_CONF", SANDBOX_CONF)
+    if not _slurm_up():
+        pytest.skip("no Slurm sandbox here")
+    results = _run(tmp_path, "slurm_load", "submission")
+    counts = [r for r in results["slurm_load"]["rows"] if r["unit"] == "calls"]
+    assert len(counts) == 3 and all(r["value"] == int(r["value"]) >= 0 for r in counts)
+    submission = {r["figure"]: r for r in results["submission"]["rows"]}
+    assert submission["clusterjob submit, per job"]["ratio"] > 0
+    assert submission["Slurm client calls per clusterjob submit"]["value"] >= 1
