@@ -261,7 +261,11 @@ class _Validator:
         got = self.scalar(node, path, ("int",), "an integer")
         if got is None:
             return INVALID
-        value = _to_int(str(got.value))
+        try:
+            value = _to_int(str(got.value))
+        except ValueError:  # more digits than Python converts (4300)
+            self.error(_line(node), path, f"number too large: {len(str(got.value))} digits")
+            return INVALID
         if minimum is not None and value < minimum:
             self.error(_line(node), path, f"expected an integer >= {minimum}, got {value}")
             return INVALID
@@ -272,7 +276,10 @@ class _Validator:
         if got is None:
             return INVALID
         text = str(got.value)
-        value = float(_to_int(text)) if str(got.tag).endswith("int") else _to_float(text)
+        try:
+            value = float(_to_int(text)) if str(got.tag).endswith("int") else _to_float(text)
+        except (ValueError, OverflowError):  # too many digits for an int, or for a float
+            value = math.inf
         if not math.isfinite(value) or value <= 0:
             self.error(_line(node), path, f"expected a positive number, got {text}")
             return INVALID
