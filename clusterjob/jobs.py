@@ -9,6 +9,7 @@ polling in a loop costs the controller at most two calls per cache period.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -330,7 +331,7 @@ class StatusCache:
     def __init__(self, path: Path | None = None, ttl: float | None = None) -> None:
         self.path = path or data_dir() / CACHE_FILE
         env_ttl = os.environ.get("CLUSTERJOB_STATUS_CACHE_SECONDS")
-        self.ttl = ttl if ttl is not None else float(env_ttl or DEFAULT_CACHE_SECONDS)
+        self.ttl = ttl if ttl is not None else _seconds(env_ttl, DEFAULT_CACHE_SECONDS)
 
     def _load(self) -> dict:
         try:
@@ -361,6 +362,21 @@ class StatusCache:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def _seconds(text: str | None, default: float) -> float:
+    """CLUSTERJOB_STATUS_CACHE_SECONDS as a number (0 turns the cache off)."""
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise UsageError(
+            f"CLUSTERJOB_STATUS_CACHE_SECONDS={text!r}: give a number of seconds (0: no cache)"
+        )
+    return value
 
 
 def _squeue(client: SlurmClient, cache: StatusCache, ids: list[str], now: float):
