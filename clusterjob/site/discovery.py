@@ -51,7 +51,8 @@ def _resolve_spec(spec: str, origin: str, environ: Mapping[str, str], etc_dir: P
         path = Path(spec).expanduser()
         if path.is_file():
             return path
-        raise SiteNotFound(f"{origin} {spec}: no such site config file")
+        shown = spec if spec.isprintable() else repr(spec)  # the message stays one line
+        raise SiteNotFound(f"{origin} {shown}: no such site config file")
     tried = [d / f"{spec}.yaml" for d in site_dirs(environ, etc_dir)]
     for candidate in tried:
         if candidate.is_file():
