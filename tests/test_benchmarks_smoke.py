@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,3 +70,21 @@ def test_slurm_benchmarks_produce_figures(tmp_path: Path, monkeypatch: pytest.Mo
     submission = {r["figure"]: r for r in results["submission"]["rows"]}
     assert submission["clusterjob submit, per job"]["ratio"] > 0
     assert submission["Slurm client calls per clusterjob submit"]["value"] >= 1
+
+
+def test_command_modules_name_every_command() -> None:
+    """The start-up shortcut (import only the named command's module) must know them all."""
+    code = """
+import json
+from clusterjob import cli
+cli._register_commands()
+found = {c.name or c.callback.__name__: c.callback.__module__ for c in cli.app.registered_commands}
+found.update({g.name: g.typer_instance.registered_commands[0].callback.__module__
+              for g in cli.app.registered_groups})
+print(json.dumps(found))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    found = json.loads(done.stdout)
+    from clusterjob.cli import COMMAND_MODULES
+
+    assert {k: f"clusterjob.cli.{v}" for k, v in COMMAND_MODULES.items()} == found
