@@ -12,6 +12,7 @@ import difflib
 import math
 import os
 import re
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -702,6 +703,13 @@ def _build(v: _Validator, root: Node, path: Path) -> Site | None:
     name = _field(top, "site", v.string, "")
     cluster_name = _field(top, "cluster_name", lambda n, p: v.string(n, p, nullable=True), "")
     node_command = _field(top, "node_command", lambda n, p: v.string(n, p, nullable=True), "")
+    if isinstance(node_command, str):
+        try:  # job scripts run it split into words (render.default_node_command)
+            shlex.split(node_command)
+        except ValueError as exc:
+            line = _key_line(top, "node_command")
+            v.error(line, "node_command", f"not a command line: {str(exc).lower()}")
+            node_command = INVALID
 
     syntax: GpuSyntax | None = None
     type_required = False
