@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clusterjob import jobs
 from clusterjob.cli import app
 from clusterjob.errors import UsageError
-from clusterjob.registry import repair
+
+if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load sqlite and Slurm
+    from clusterjob import jobs
 
 
 def _table(rows: list[jobs.JobStatus]) -> str:
@@ -52,6 +53,9 @@ def status(
     ] = False,
 ) -> None:
     """State of the jobs clusterjob submitted: one squeue (and sacct) call for all of them."""
+    from clusterjob import jobs
+    from clusterjob.registry import repair
+
     if fix_registry:
         moved = repair()
         print(f"job registry moved aside to {moved}" if moved else "job registry is fine")
@@ -74,6 +78,8 @@ def logs(
     err: Annotated[bool, typer.Option("--err", help="The job's stderr file, not stdout.")] = False,
 ) -> None:
     """Print a job's output file (Slurm's own path for it)."""
+    from clusterjob import jobs
+
     path = jobs.output_path(job, stderr=err)
     if not follow:
         if not path.exists():
@@ -89,6 +95,8 @@ def logs(
 @app.command()
 def cancel(job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")]) -> None:
     """Cancel jobs (one scancel call)."""
+    from clusterjob import jobs
+
     ids = jobs.cancel(job)
     print(f"cancel requested for {', '.join(ids)}")
 
@@ -96,4 +104,6 @@ def cancel(job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")
 @app.command()
 def resubmit(job: Annotated[str, typer.Argument(help="Job id or `last`.")]) -> None:
     """Submit a recorded job's script again, from the directory it was first submitted in."""
+    from clusterjob import jobs
+
     print(jobs.resubmit(job))

@@ -11,7 +11,6 @@ import typer
 
 from clusterjob.cli import app
 from clusterjob.errors import PreflightFailed
-from clusterjob.node import hooks, report
 
 
 @app.command()
@@ -31,6 +30,8 @@ def preflight(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check this node's GPUs against the site map and the job's request (run in the job)."""
+    from clusterjob.node import hooks, report
+
     environ = dict(os.environ)
     result = hooks.run_preflight(
         site, hooks.node_name(environ), environ, expect_model, expect_count
@@ -48,6 +49,7 @@ def gpus(
     as_json: Annotated[bool, typer.Option("--json", help="Print the inventory as JSON.")] = False,
 ) -> None:
     """List this node's GPUs as NVML sees them, in PCI bus order, and who holds each."""
+    from clusterjob.node import hooks, report
     from clusterjob.workstation.claims import current_claims
 
     inventory = hooks.read_gpus()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from clusterjob.cli import sandbox_app
-from clusterjob.sandbox import cluster
-from clusterjob.sandbox.config import Layout
+
+if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the sandbox
+    from clusterjob.sandbox import cluster
 
 StateDir = Annotated[
     Optional[Path],  # noqa: UP045 (typer on Python 3.10 needs Optional here)
@@ -39,6 +40,8 @@ def _print_status(st: cluster.SandboxStatus) -> None:
 
 
 def _print_exports(state_dir: Path) -> None:
+    from clusterjob.sandbox import cluster
+
     for name, value in cluster.client_env(state_dir).items():
         print(f"export {name}={shlex.quote(value)}")
 
@@ -52,6 +55,8 @@ def up(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the daemons.")] = 120,
 ) -> None:
     """Start the local Slurm cluster with stand-in GPUs (as root); a no-op when it runs."""
+    from clusterjob.sandbox import cluster
+
     path = cluster.resolve_state_dir(state_dir)
     result = cluster.up(path, hooks=hooks, timeout=timeout, say=_progress)
     if result.already_up:
@@ -69,6 +74,8 @@ def down(
     purge: Annotated[bool, typer.Option(help="Also delete the state directory.")] = False,
 ) -> None:
     """Stop the daemons `sandbox up` started (its jobs are cancelled first)."""
+    from clusterjob.sandbox import cluster
+
     path = cluster.resolve_state_dir(state_dir)
     stopped = cluster.down(path, purge=purge, say=_progress)
     _progress(f"stopped {len(stopped)} daemon(s)" if stopped else "nothing was running")
@@ -77,6 +84,8 @@ def down(
 @sandbox_app.command()
 def status(state_dir: StateDir = None) -> None:
     """Which daemons run and what slurmctld says about the nodes; exit 1 unless all is up."""
+    from clusterjob.sandbox import cluster
+
     path = cluster.resolve_state_dir(state_dir)
     st = cluster.status(path)
     _print_status(st)
@@ -95,6 +104,9 @@ def env(
     ] = False,
 ) -> None:
     """Print the shell exports that point clients at the sandbox (eval "$(... sandbox env)")."""
+    from clusterjob.sandbox import cluster
+    from clusterjob.sandbox.config import Layout
+
     path = cluster.resolve_state_dir(state_dir)
     if site_path:
         print(Layout(path).site_yaml)

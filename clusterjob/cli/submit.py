@@ -15,8 +15,6 @@ import typer
 
 from clusterjob.cli import app
 from clusterjob.errors import UsageError
-from clusterjob.render import render
-from clusterjob.request import JobRequest, resolve
 from clusterjob.site.model import Site
 
 
@@ -94,6 +92,9 @@ def submit(
     ] = False,
 ) -> None:
     """Submit SCRIPT with GPUs of one model, in this site's own sbatch syntax."""
+    from clusterjob.render import render
+    from clusterjob.request import JobRequest, resolve
+
     args = list(args or [])
     if dry_run and test_only:
         raise UsageError("--dry-run and --test-only exclude each other")

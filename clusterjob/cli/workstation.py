@@ -10,16 +10,17 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand
 
 from clusterjob.cli import app
 from clusterjob.errors import SiteNotFound, UsageError
-from clusterjob.node.inventory import GpuInventory, read_inventory
 from clusterjob.site.model import Site
-from clusterjob.workstation import claims, launch, selection
+
+if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the launcher
+    from clusterjob.node.inventory import GpuInventory
 
 # Options of `run` that take a value; `--wait` takes one only when one follows.
 _VALUE_OPTIONS = ("--gpus", "--model", "-m", "--min-free-mem", "--site", "-s")
@@ -57,6 +58,8 @@ def fill_wait_value(args: list[str]) -> list[str]:
 
 
 def _looks_like_timeout(text: str) -> bool:
+    from clusterjob.workstation import launch
+
     try:
         launch.parse_timeout(text)
     except UsageError:
@@ -130,6 +133,9 @@ def run(
     ] = None,
 ) -> None:
     """Run COMMAND on free GPUs of one model of this machine (no Slurm needed)."""
+    from clusterjob.node.inventory import read_inventory
+    from clusterjob.workstation import claims, launch, selection
+
     request = selection.GpuRequest(
         count=gpus,
         model=model,
