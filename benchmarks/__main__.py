@@ -26,6 +26,7 @@ BENCHMARKS = {
     "submission": submission.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results" / "results.md"
+HISTORY = Path(__file__).parent / "history.md"
 
 
 def run_all(names: list[str], *, quick: bool, work: Path) -> list[Result]:
@@ -84,6 +85,8 @@ def to_markdown(results: list[Result], machine: dict[str, object], quick: bool) 
                 )
         for note in result.notes:
             lines.append(f"- {note}")
+    if HISTORY.is_file():  # hand-kept before/after figures of the performance fixes
+        lines += ["", HISTORY.read_text().strip()]
     return "\n".join(lines) + "\n"
 
 
