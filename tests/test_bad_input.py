@@ -336,3 +336,43 @@ def test_count_of_bad_inputs_tried() -> None:
     print("\nbad inputs tried: " + ", ".join(f"{k}={v}" for k, v in total.items())
           + f"; total={sum(total.values())}")  # fmt: skip
     assert sum(total.values()) >= 90
+
+
+# --- the Prolog's own config (root reads it; tests/test_hooks*.py cover missing, FIFO,
+# untrusted owner/mode, CLUSTERJOB_SITE ignored, invalid YAML, NVML hang/absent) -----------
+
+
+@pytest.mark.parametrize("kind", ["directory", "invalid UTF-8", "mode 000"])
+def test_prolog_config_root_cannot_use(tmp_path: Path, kind: str) -> None:
+    """'Unreadable' for root: a directory or undecodable bytes drain with one line naming the
+    file; mode 000 does not stop root, so the check goes on (to NVML) rather than failing on
+    the config."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    etc.chmod(0o755)
+    site = etc / "site.yaml"
+    if kind == "directory":
+        site.mkdir()
+        site.chmod(0o755)
+        why = f"{site}: cannot read: Is a directory"
+    elif kind == "invalid UTF-8":
+        site.write_bytes(b"site: lab\ncluster_name: caf\xe9\n")
+        site.chmod(0o644)
+        why = f"{site}:2: not UTF-8 text: byte 0xe9 cannot be decoded"
+    else:
+        site.write_text(OK_SITE.read_text())
+        site.chmod(0o000)
+        why = ""
+    env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7"}
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterjob", "prolog", "--site", str(site), "--log",
+         str(tmp_path / "p.jsonl"), "--cache-dir", str(tmp_path / "cache")],
+        env={**env, "PYTHONPATH": str(HERE.parent)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("clusterjob prolog: n1: GPUs not checked: ") and "draining" in line
+    if why:
+        assert f"site config: {why} -- draining" in line, line
+    else:
+        assert "site config" not in line, line
