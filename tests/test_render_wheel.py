@@ -68,7 +68,7 @@ def test_wheel_renders_a_dry_run_outside_the_repository(tmp_path: Path) -> None:
 
     out = _run(
         [str(venv / "bin" / "clusterjob"), "submit", "--site", "hpccentre", "--gpus", "4",
-         "--model", "a100", "--dry-run", "train.py", "--lr", "3e-4"],
+         "--model", "a100", "--dry-run", "train.py", "--", "--lr", "3e-4"],
         elsewhere,
         env,
     )  # fmt: skip

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ class Sandbox:
 
     state_dir: Path
     env: dict[str, str]  # os.environ plus SLURM_CONF (and CLUSTERJOB_SANDBOX_DIR)
+    workdir: Path  # where Slurm commands run, so jobs' slurm-%j.out never land in the checkout
 
     @property
     def layout(self) -> Layout:
@@ -46,8 +47,9 @@ class Sandbox:
     def run(self, *cmd: str, timeout: float = 30, check: bool = True) -> str:
         """Run a Slurm client command against the sandbox; return its stdout."""
         proc = subprocess.run(
-            list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout
-        )
+            list(cmd), env=self.env, cwd=self.workdir, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr}")
         return proc.stdout
@@ -115,8 +117,29 @@ def clusterjob_cli(*args: str, env: dict[str, str] | None = None, timeout: float
     )  # fmt: skip
 
 
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def cj(sandbox: Sandbox, tmp_path: Path) -> Cli:
+    """`clusterjob ARGS...` as a user runs it: its own process, the sandbox's SLURM_CONF and
+    CLUSTERJOB_SITE, its own registry, cwd tmp_path. The status cache is off, so polls see news."""
+    env = dict(os.environ, **cluster.client_env(sandbox.state_dir))
+    env["CLUSTERJOB_DATA_DIR"] = str(tmp_path / "data")
+    env["CLUSTERJOB_STATUS_CACHE_SECONDS"] = "0"
+
+    def run(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 180):
+        return subprocess.run(
+            [sys.executable, "-m", "clusterjob", *args],
+            env={**env, **(extra_env or {})}, cwd=tmp_path,
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+
+    return run
+
+
 @pytest.fixture(scope="session")
-def sandbox() -> Iterator[Sandbox]:
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     if os.geteuid() != 0:
         pytest.skip("the Slurm sandbox needs root (it starts munged, MariaDB and Slurm)")
     state_dir = cluster.resolve_state_dir()
@@ -124,4 +147,4 @@ def sandbox() -> Iterator[Sandbox]:
         cluster.up(state_dir)
     env = dict(os.environ, **cluster.client_env(state_dir))
     env["CLUSTERJOB_SANDBOX_DIR"] = str(state_dir)
-    yield Sandbox(state_dir, env)
+    yield Sandbox(state_dir, env, tmp_path_factory.mktemp("slurm-cwd"))

@@ -11,39 +11,18 @@ import ast
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from clusterjob.sandbox import cluster
-
-from .conftest import Sandbox
+from .conftest import Cli, Sandbox
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "examples" / "train.py")
-
-Cli = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def cj(sandbox: Sandbox, tmp_path: Path) -> Cli:
-    """`clusterjob ARGS...` as a user would run it: own process, SLURM_CONF set, cwd tmp_path."""
-    env = dict(os.environ, **cluster.client_env(sandbox.state_dir))
-
-    def run(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 120):
-        return subprocess.run(
-            [sys.executable, "-m", "clusterjob", *args],
-            env={**env, **(extra_env or {})}, cwd=tmp_path,
-            capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
-
-    return run
 
 
 def submit(cj: Cli, sandbox: Sandbox, *args: str) -> str:

@@ -17,7 +17,6 @@ import os
 import random
 import re
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -30,13 +29,11 @@ from clusterjob.registry import REGISTRY_FILE, Registry
 from clusterjob.sandbox import cluster
 from clusterjob.slurm.runner import DEADLINE_ENV, Runner, SlurmResult
 
-from .conftest import Sandbox
+from .conftest import Cli, Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "examples" / "train.py")
 TINY = ("--gpus", "1", "--model", "V100", "--sbatch-arg=--hold")
-
-Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def figures(test: str, **values: object) -> None:
@@ -87,23 +84,6 @@ def test_without_budget_windows_are_unchanged(monkeypatch: pytest.MonkeyPatch) -
 
 
 # --- the real cluster -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def cj(sandbox: Sandbox, tmp_path: Path) -> Cli:
-    """`clusterjob ARGS...` in its own process, with its own registry under tmp_path."""
-    env = dict(os.environ, **cluster.client_env(sandbox.state_dir))
-    env["CLUSTERJOB_DATA_DIR"] = str(tmp_path / "data")
-    env["CLUSTERJOB_STATUS_CACHE_SECONDS"] = "0"
-
-    def run(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 180):
-        return subprocess.run(
-            [sys.executable, "-m", "clusterjob", *args],
-            env={**env, **(extra_env or {})}, cwd=tmp_path,
-            capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
-
-    return run
 
 
 @pytest.fixture
