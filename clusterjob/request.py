@@ -17,6 +17,7 @@ import hostlist
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
 from clusterjob.shell import check_directive_value, check_no_nul
 from clusterjob.site.model import GpuModel, GpuSyntax, Partition, Site
+from clusterjob.slurm.parse import MEMORY_SIZE
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as clusterjob.slurm finds it in --comment
 
@@ -143,6 +144,10 @@ def _check_text_fields(request: JobRequest) -> None:
             if value == "":
                 raise UsageError(f"--{name.replace('_', '-')} must not be empty")
             check_directive_value(value, f"--{name.replace('_', '-')}")
+    if request.mem_per_gpu is not None and not MEMORY_SIZE.match(request.mem_per_gpu):
+        raise UsageError(
+            f"--mem-per-gpu {request.mem_per_gpu!r} is not a Slurm memory size (e.g. 64G, 500M)"
+        )
     for arg in request.sbatch_args:
         check_directive_value(arg, "--sbatch-arg")
         if not arg.startswith("-"):

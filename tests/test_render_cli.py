@@ -75,8 +75,12 @@ def test_dry_run_prints_script_and_sbatch_command(
             "(arguments for SCRIPT that look like options go after --)",
         ),
         (
+            ["--site", MLLAB, "--gpus", "1", "--model", "a100", "--mem-per-gpu", "lots", TRAIN],
+            "clusterjob: error: --mem-per-gpu 'lots' is not a Slurm memory size (e.g. 64G, 500M)",
+        ),
+        (
             ["--site", MLLAB, "--gpus", "1", "nope.py"],
-            "clusterjob: error: script not found: nope.py",
+            "clusterjob: error: script not found: 'nope.py'",
         ),
         (
             ["--site", MLLAB, "--gpus", "1", "--model", "a100", "--job-name", "a\nb", TRAIN],

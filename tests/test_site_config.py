@@ -24,6 +24,10 @@ EXPECTED: dict[str, list[str]] = {
         "constraint, gres_type, memory_gb, nvml_names",
     ],
     "wrong_type_int.yaml": ["7: models.A100.memory_gb: expected an integer, got 'abc'"],
+    "bad_gres_type.yaml": [
+        "5: models.A100.gres_type: not a GRES type name: 'a100:2' "
+        "(letters, digits, '_', '-' and '.' only)",
+    ],
     "wrong_type_bool.yaml": [
         "5: gpu_request.type_required: expected true or false, got 'yes'",
     ],

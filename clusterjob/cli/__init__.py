@@ -57,10 +57,11 @@ def run(argv: list[str]) -> int:
     except ConfigError as exc:
         if debug:
             raise
-        for issue in exc.issues:
+        for issue in exc.issues:  # one line each: file:line: key.path: message
             print(str(issue), file=sys.stderr)
         errors = sum(1 for i in exc.issues if not i.warning)
-        err(f"error: {errors} problem(s) in site config")
+        if len(exc.issues) > 1:
+            err(f"error: {errors} problems in site config")
         return exit_code(exc)
     except ClusterjobError as exc:
         if debug:

@@ -101,7 +101,7 @@ def submit(
     if gpus is None:
         raise UsageError("--gpus is required (GPUs per node, e.g. --gpus 2)")
     if not Path(script).is_file():
-        raise UsageError(f"script not found: {script}")
+        raise UsageError(f"script not found: {script!r}")
     request = JobRequest(
         script=script,
         args=tuple(args),

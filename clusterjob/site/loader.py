@@ -36,6 +36,7 @@ from clusterjob.site.model import (
     PrologPolicy,
     Site,
 )
+from clusterjob.slurm.parse import GRES_TYPE_NAME, MEMORY_SIZE
 
 MAX_BYTES = 16 * 1024 * 1024  # a real site is a few hundred KiB; refuse before parsing
 
@@ -47,7 +48,6 @@ _TIME_LIMIT = re.compile(
     r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
     r"|UNLIMITED|unlimited|INFINITE|infinite)$"
 )
-_SLURM_SIZE = re.compile(r"^\d+[KMGT]?$")
 _NVML_UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
 
 # Keys of each mapping: name -> required.
@@ -368,6 +368,13 @@ def _read_models(v: _Validator, node: Node) -> tuple[list[GpuModel], dict[str, d
         constraint = _field(fields, "constraint", lambda n, p: v.string(n, p, nullable=True), path)
         if nvml is not None and not nvml:
             v.error(_key_line(fields, "nvml_names"), _join(path, "nvml_names"), "empty list")
+        if gres_type not in (None, INVALID) and not GRES_TYPE_NAME.match(gres_type):
+            v.error(
+                _key_line(fields, "gres_type"),
+                _join(path, "gres_type"),
+                f"not a GRES type name: {gres_type!r} (letters, digits, '_', '-' and '.' only)",
+            )
+            gres_type = INVALID
         if INVALID in (gres_type, memory, constraint) or aliases is None and "aliases" in fields:
             continue
         if nvml is None:
@@ -519,7 +526,7 @@ def _read_defaults(v: _Validator, entry: _Entry | None, path: str) -> Any:
     qos = _field(fields, "qos", v.string, path)
     cpus = _field(fields, "cpus_per_gpu", lambda n, p: v.integer(n, p, minimum=1), path)
     mem = _field(fields, "mem_per_gpu", v.string, path)
-    if mem not in (None, INVALID) and not _SLURM_SIZE.match(mem):
+    if mem not in (None, INVALID) and not MEMORY_SIZE.match(mem):
         v.error(
             _key_line(fields, "mem_per_gpu"),
             _join(path, "mem_per_gpu"),
