@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks import cli, prolog, site_config, slurm_load, submission
-from benchmarks.common import Result, machine_line
+from benchmarks.common import Result, Row, machine_line
 
 BENCHMARKS = {
     "prolog": prolog.run,
@@ -90,11 +90,28 @@ def to_markdown(results: list[Result], machine: dict[str, object], quick: bool) 
     return "\n".join(lines) + "\n"
 
 
+def _merge(previous: Path, fresh: list[Result]) -> list[Result]:
+    """The earlier results file's benchmarks, with those run now replaced."""
+    by_name = {r.name: r for r in fresh}
+    merged = []
+    for old in json.loads(previous.read_text())["results"]:
+        if old["name"] in by_name:
+            merged.append(by_name.pop(old["name"]))
+            continue
+        result = Result(old["name"], old["title"], notes=old["notes"])
+        result.rows = [Row(**row) for row in old["rows"]]
+        merged.append(result)
+    return merged + list(by_name.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="few repetitions, small sizes")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results .md (+ .json)")
+    parser.add_argument(
+        "--merge", action="store_true", help="with --only: keep the other benchmarks' results"
+    )
     args = parser.parse_args(argv)
     machine = machine_line()
     with tempfile.TemporaryDirectory(prefix="clusterjob-bench-") as tmp:
@@ -102,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     machine["load_average_end"] = machine_line()["load_average"]
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
+    stamp = f"measured {time.strftime('%H:%M')}, load average {machine['load_average']}"
+    for result in results:
+        result.notes.append(stamp)
+    if args.only and args.merge and out.with_suffix(".json").is_file():
+        results = _merge(out.with_suffix(".json"), results)
     out.write_text(to_markdown(results, machine, args.quick))
     data = {"quick": args.quick, "machine": machine, "results": [r.to_dict() for r in results]}
     out.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from benchmarks.common import (
@@ -64,7 +65,9 @@ def run(work: Path, *, quick: bool) -> Result:
     repeats = 3 if quick else 15
     lib = standin_lib(work)
     sites = work / "sites"  # root-owned, 755; files 644: what check_trusted accepts
-    commands = {REFERENCE_NAME: (REFERENCE, None)}
+    commands: dict[str, tuple[Sequence[str], Mapping[str, str] | None]] = {
+        REFERENCE_NAME: (REFERENCE, None)
+    }
     cache_dirs = {}
     for n in sizes:
         for style in styles:
@@ -84,15 +87,15 @@ def run(work: Path, *, quick: bool) -> Result:
     cold: dict[str, tuple[float, str]] = {}
     for (n, style), cache in list(cache_dirs.items()):
         key = f"{n}-{style}"
-        cmd, env = commands[key]
+        command, env = commands[key]
         shutil.rmtree(cache, ignore_errors=True)
         cache.mkdir(mode=0o755)
         try:  # also fills the cache for the warm runs
-            cold[key] = (run_timed(cmd, env), "")
+            cold[key] = (run_timed(command, env), "")
         except RuntimeError as exc:  # e.g. past the Prolog's deadline: the node would drain
             cold[key] = (float("nan"), str(exc).strip().splitlines()[-1])
             try:  # fill the cache with a longer deadline, so the warm figure still exists
-                run_timed([*cmd, "--deadline", "600"], env)
+                run_timed([*command, "--deadline", "600"], env)
             except RuntimeError:
                 del commands[key]
 
@@ -132,9 +135,9 @@ def run(work: Path, *, quick: bool) -> Result:
                 met=scale <= TARGET_SCALE,
             )
     for key, (seconds, failure) in cold.items():
-        n, style = key.split("-")
+        size, style = key.split("-")
         result.add(
-            f"prolog, {int(n):,}-node site ({style}), cold (empty cache, one run)",
+            f"prolog, {int(size):,}-node site ({style}), cold (empty cache, one run)",
             seconds * 1000,
             "ms",
             ratio=None if failure else seconds / ref,

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchmarks.common import Result, clusterjob_command, median
+from benchmarks.common import REFERENCE, REFERENCE_NAME, Result, clusterjob_command, median
 from benchmarks.slurm_load import count_calls, wrap_clients
 
 TARGET_RATIO = 1.5
@@ -48,10 +48,10 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
     plain_script.write_text(rendered)
     plain = ["sbatch", "--parsable", f"--chdir={work}", str(plain_script)]
 
-    times: dict[str, list[float]] = {"clusterjob submit": [], "sbatch": []}
+    times: dict[str, list[float]] = {"clusterjob submit": [], "sbatch": [], REFERENCE_NAME: []}
     try:
         for i in range(n):
-            order = [("clusterjob submit", cj), ("sbatch", plain)]
+            order = [("clusterjob submit", cj), ("sbatch", plain), (REFERENCE_NAME, REFERENCE)]
             if i % 2:
                 order.reverse()
             for label, cmd in order:
@@ -75,6 +75,22 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
         target=f"<= {TARGET_RATIO}x",
         met=cj_median / sb_median <= TARGET_RATIO,
         note=f"median of {n}, interleaved with sbatch",
+    )
+    floor = median(times[REFERENCE_NAME])
+    result.add(
+        f"{REFERENCE_NAME} (the floor of any Python command)",
+        floor * 1000,
+        "ms",
+        ratio=floor / sb_median,
+        reference="plain sbatch, per job",
+        note="starting the interpreter alone, interleaved with the submissions",
+    )
+    result.add(
+        "clusterjob submit against the Python floor",
+        cj_median * 1000,
+        "ms",
+        ratio=cj_median / floor,
+        reference=REFERENCE_NAME,
     )
     total_cj, total_sb = sum(times["clusterjob submit"]), sum(times["sbatch"])
     result.add(
