@@ -153,7 +153,10 @@ def test_deep_nesting_is_an_issue_not_a_crash(tmp_path: Path) -> None:
     path = tmp_path / "deep.yaml"
     path.write_text("site: " + "[" * 5000 + "]" * 5000 + "\n")
     _, issues = validate_site_file(path)
-    assert len(issues) == 1 and not issues[0].warning
+    # libyaml composes it (the validator refuses the list); the pure parser would report the
+    # nesting itself. Either way: issues with lines, no crash.
+    assert issues and not any(i.warning for i in issues)
+    assert f"{path}:1: site: expected a string, got a list" in [str(i) for i in issues]
 
 
 def test_classic_billion_laughs_is_refused_quickly(tmp_path: Path) -> None:
