@@ -53,8 +53,14 @@ def main(argv: list[str]) -> int:
         "rank-summary: "
         + " ".join(
             f"{name.lower()}={os.environ.get(name, '-') or '-'}"
-            for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
-                         "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES")
+            for name in (
+                "RANK",
+                "LOCAL_RANK",
+                "WORLD_SIZE",
+                "MASTER_ADDR",
+                "SLURMD_NODENAME",
+                "CUDA_VISIBLE_DEVICES",
+            )
         )  # fmt: skip
     )
     print("\n".join(lines), flush=True)
