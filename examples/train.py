@@ -41,29 +41,26 @@ def _option(argv: list[str], name: str, default: str) -> str:
     return default
 
 
+def say(text: str) -> None:
+    """One write() per call: a short write to a pipe is atomic, so lines of ranks that share
+    an output file stay whole as long as each call stays small."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR1, _on_usr1)
-    lines = [f"{name}={os.environ.get(name, '')}" for name in REPORTED_ENV]
-    lines.append(f"hostname={socket.gethostname()}")
-    lines.append(f"argc={len(argv)}")
-    lines.extend(f"argv[{i}]={arg!r}" for i, arg in enumerate(argv))
-    # One line per process as well: under torchrun several ranks share one output file,
-    # and this line keeps each rank's view together.
-    lines.append(
-        "rank-summary: "
-        + " ".join(
-            f"{name.lower()}={os.environ.get(name, '-') or '-'}"
-            for name in (
-                "RANK",
-                "LOCAL_RANK",
-                "WORLD_SIZE",
-                "MASTER_ADDR",
-                "SLURMD_NODENAME",
-                "CUDA_VISIBLE_DEVICES",
-            )
-        )  # fmt: skip
-    )
-    print("\n".join(lines), flush=True)
+    # First, one short line per process: under torchrun several ranks share one output
+    # file (and Slurm forwards it in 1 KiB pieces), and this line keeps each rank's view whole.
+    summary = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURMD_NODENAME",
+               "CUDA_VISIBLE_DEVICES")  # fmt: skip
+    say("rank-summary: " + " ".join(f"{n.lower()}={os.environ.get(n) or '-'}" for n in summary))
+    for name in REPORTED_ENV:
+        say(f"{name}={os.environ.get(name, '')}")
+    say(f"hostname={socket.gethostname()}")
+    say(f"argc={len(argv)}")
+    for i, arg in enumerate(argv):
+        say(f"argv[{i}]={arg!r}")
     try:
         exit_code = int(_option(argv, "--exit-code", "0"))
         sleep = float(_option(argv, "--sleep", "0"))
@@ -72,13 +69,13 @@ def main(argv: list[str]) -> int:
         return 2
     if sleep:
         time.sleep(sleep)
-    print(f"exit={exit_code}", flush=True)
+    say(f"exit={exit_code}")
     return exit_code
 
 
 def _on_usr1(signum: int, frame: object) -> None:
     """Slurm's --signal warning: a real script would checkpoint here and requeue."""
-    print("signal=USR1", flush=True)
+    say("signal=USR1")
 
 
 if __name__ == "__main__":

@@ -147,10 +147,17 @@ def test_two_nodes_torchrun_rendezvous(cj: Cli, sandbox: Sandbox) -> None:
     row = wait_status(cj, job, finished, timeout=180)
     out = logs(cj, job)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
+    # Several ranks share the output file: read each rank's one-line summary wherever it is.
     ranks = [
-        dict(kv.split("=", 1) for kv in line.split()[1:])
-        for line in out.splitlines()
-        if line.startswith("rank-summary: ")
+        m.groupdict()
+        for m in re.finditer(
+            r"rank-summary: rank=(?P<rank>\d+) local_rank=(?P<local_rank>\d+) "
+            r"world_size=(?P<world_size>\d+) master_addr=(?P<master_addr>[\w.-]+) "
+            r"slurmd_nodename=(?P<slurmd_nodename>[\w-]+) "
+            r"cuda_visible_devices=(?P<cuda_visible_devices>[\d,]+)$",
+            out,
+            re.M,
+        )
     ]
     assert sorted(int(r["rank"]) for r in ranks) == [0, 1, 2, 3], out
     assert {r["world_size"] for r in ranks} == {"4"}
