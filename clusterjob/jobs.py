@@ -492,7 +492,10 @@ def status(
             update = StateUpdate(record.token, q.cluster, q.state, q.reason, None, q.nodes)
             updates.append(
                 update._replace(
-                    stdout_path=stdout, stderr_path=stderr, gpus=parse.gpu_tres(q.tres_per_node)
+                    stdout_path=stdout,
+                    stderr_path=stderr,
+                    gpus=parse.gpu_tres(q.tres_per_node),
+                    elapsed=q.elapsed or None,
                 )
             )
             results.append(_from_row(q, record, "squeue"))
@@ -506,6 +509,7 @@ def status(
                     a.exit_code,
                     a.nodes,
                     gpus=parse.gpu_tres(a.alloc_tres),
+                    elapsed=a.elapsed or None,
                 )  # fmt: skip
             )
             results.append(_from_row(a, record, "sacct"))
@@ -557,7 +561,7 @@ def _from_record(record: JobRecord, *, state: str | None = None, note: str = "")
         reason=record.reason,
         explanation=note or explain(record.state, record.reason, record.job_id),
         nodes=record.nodes,
-        elapsed=None,
+        elapsed=record.elapsed,
         exit_code=record.exit_code,
         submitted=_iso(record.submitted_at),
         site=record.site,

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     stdout_path TEXT,
     stderr_path TEXT,
     state_checked_at REAL,
-    gpus TEXT
+    gpus TEXT,
+    elapsed TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id, cluster);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
@@ -87,6 +88,7 @@ class JobRecord:
     stderr_path: str | None = None
     state_checked_at: float | None = None
     gpus: str | None = None  # the GPUs Slurm gave, as TRES: gres/gpu:a100=2
+    elapsed: str | None = None  # run time as Slurm reports it, e.g. 00:01:02
 
     @property
     def submitted(self) -> datetime:
@@ -108,6 +110,7 @@ class StateUpdate(NamedTuple):
     stdout_path: str | None = None
     stderr_path: str | None = None
     gpus: str | None = None
+    elapsed: str | None = None
 
 
 class Registry:
@@ -214,7 +217,7 @@ class Registry:
                 "state = ?, reason = ?, exit_code = COALESCE(?, exit_code), "
                 "nodes = COALESCE(?, nodes), stdout_path = COALESCE(?, stdout_path), "
                 "stderr_path = COALESCE(?, stderr_path), gpus = COALESCE(?, gpus), "
-                "state_checked_at = ? WHERE token = ?",
+                "elapsed = COALESCE(?, elapsed), state_checked_at = ? WHERE token = ?",
                 [
                     (
                         u.cluster,
@@ -225,6 +228,7 @@ class Registry:
                         u.stdout_path,
                         u.stderr_path,
                         u.gpus,
+                        u.elapsed,
                         checked_at,
                         u.token,
                     )

@@ -68,6 +68,11 @@ def test_two_a100s_preflighted_and_completed(cj: Cli, sandbox: Sandbox) -> None:
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), row
     # The accounting record says which GPUs Slurm gave: two of this site's a100 GRES type.
     assert "gres/gpu:a100=2" in row["gpus"].split(","), row
+    # Asked again, the finished job comes from the registry, with what Slurm said kept.
+    (again,) = status(cj, job)
+    assert again["source"] == "registry", again
+    assert (again["state"], again["gpus"]) == ("COMPLETED", row["gpus"]), again
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", again["elapsed"] or ""), again
 
     out = logs(cj, job)
     table = [ln for ln in out.splitlines() if re.match(r"^\d+\*? ", ln)]
