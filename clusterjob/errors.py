@@ -89,6 +89,10 @@ class NvmlError(ClusterjobError):
         super().__init__(message)
 
 
+class UntrustedConfig(ClusterjobError):
+    """A file the root Prolog would read that someone other than root could have written."""
+
+
 class PreflightFailed(ClusterjobError):
     """The GPUs on this node are not what the site map or the job's request says."""
 

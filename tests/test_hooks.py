@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob.node.hooks import UntrustedConfig, check_trusted
+from clusterjob.errors import UntrustedConfig
+from clusterjob.node.hooks import check_trusted
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534

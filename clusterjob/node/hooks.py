@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from clusterjob.errors import ClusterjobError, NvmlError, UsageError
+from clusterjob.errors import ClusterjobError, NvmlError, UntrustedConfig, UsageError
 from clusterjob.node.allocation import Context, allocation_from_env, task_cuda_visible_devices
 from clusterjob.node.checks import Finding, PreflightReport, Severity, run_checks
 from clusterjob.node.inventory import GpuInventory
@@ -50,10 +50,6 @@ __all__ = [
 DEFAULT_SITE = "/etc/clusterjob/site.yaml"
 DEFAULT_CACHE_DIR = "/var/cache/clusterjob"
 DEFAULT_POLICY = PrologPolicy()
-
-
-class UntrustedConfig(ClusterjobError):
-    """A file root would read that someone other than root could have written."""
 
 
 # -- shared helpers ----------------------------------------------------------------------
