@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh test
 # torchrun for the multi-node test; a CPU build of torch is enough.
-.venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q torch
+.venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/clusterjob sandbox up
 eval "$(.venv/bin/clusterjob sandbox env)"
 set +e
