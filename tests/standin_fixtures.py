@@ -5,12 +5,8 @@ start, and pynvml keeps the first library it loaded for the life of the process.
 running process, ``clusterjob.sandbox.standin.preload_standin`` works too, but only before
 pynvml has loaded anything, so the pytest process itself is left alone.)
 
-A test module gets the library with a one-line fixture (the build is cached by source hash in
-the session's base temp dir, so every module shares one build)::
-
-    @pytest.fixture(scope="module")
-    def standin_lib(tmp_path_factory):
-        return standin_library(tmp_path_factory)
+tests/conftest.py registers this module as a plugin, so every test can ask for the
+``standin_lib`` fixture (built once per session, cached by source hash).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from standin_fixtures import standin_library
 
 from clusterjob.sandbox.standin import StandinScenario, a100, h100, v100, write_scenario
 
@@ -24,11 +23,6 @@ PYTHONPATH = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")
 NODE = "gpu2"
 BUSES = ("0000:07:00.0", "0000:0b:00.0", "0000:48:00.0", "0000:4c:00.0")
 MIXED = ("A100", "A100", "V100", "V100")
-
-
-@pytest.fixture(scope="module")
-def standin_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return standin_library(tmp_path_factory)
 
 
 def site_yaml(

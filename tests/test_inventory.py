@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from standin_fixtures import inventory_in_child, standin_library
+from standin_fixtures import inventory_in_child
 
 from clusterjob.errors import NvmlError
 from clusterjob.node.inventory import Gpu, GpuInventory, GpuProcess
@@ -22,11 +22,6 @@ from clusterjob.sandbox.standin import (
 )
 
 pytestmark = pytest.mark.nvml
-
-
-@pytest.fixture(scope="module")
-def standin_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return standin_library(tmp_path_factory)
 
 
 def _inventory(lib: Path, scenario: StandinScenario | Path | None, tmp_path: Path, **kw):

@@ -14,7 +14,7 @@ from clusterjob.node.inventory import Gpu, GpuInventory
 from clusterjob.sandbox.standin import StandinScenario, a100, v100
 from clusterjob.site.loader import load_site
 from clusterjob.site.probe import ProbedNode, describe, entry_yaml, merge_file, merge_text
-from tests.standin_fixtures import run_python, standin_library
+from tests.standin_fixtures import run_python
 
 SITE = """\
 # Lab site: hand-kept; comments must survive a merge.
@@ -194,8 +194,8 @@ def test_merge_refuses_a_result_the_loader_rejects(site_file):
 
 
 @pytest.fixture(scope="module")
-def standin_lib(tmp_path_factory):
-    return standin_library(tmp_path_factory).parent
+def lib_dir(standin_lib: Path) -> Path:
+    return standin_lib.parent
 
 
 # NVML enumerates these out of bus order; the entry must come out in PCI bus order.
@@ -218,14 +218,14 @@ def no_site_from_environment(monkeypatch):
     monkeypatch.delenv("SLURM_CONF", raising=False)
 
 
-def cli(argv, standin_lib, tmp_path):
+def cli(argv, lib_dir, tmp_path):
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
-    return run_python(CLI.format(argv=list(argv)), standin_lib, SCENARIO, tmp_path, extra_env=env)
+    return run_python(CLI.format(argv=list(argv)), lib_dir, SCENARIO, tmp_path, extra_env=env)
 
 
 @pytest.mark.nvml
-def test_probe_command_prints_bus_order(standin_lib, site_file, tmp_path):
-    done = cli(["site", "probe", "--site", str(site_file), "--node", "n2"], standin_lib, tmp_path)
+def test_probe_command_prints_bus_order(lib_dir, site_file, tmp_path):
+    done = cli(["site", "probe", "--site", str(site_file), "--node", "n2"], lib_dir, tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "# node_map entry for n2 (site lab); paste under node_map:"
@@ -245,13 +245,13 @@ def test_probe_command_prints_bus_order(standin_lib, site_file, tmp_path):
 
 
 @pytest.mark.nvml
-def test_probe_command_without_site_and_json(standin_lib, tmp_path):
-    done = cli(["site", "probe", "--node", "n2"], standin_lib, tmp_path)
+def test_probe_command_without_site_and_json(lib_dir, tmp_path):
+    done = cli(["site", "probe", "--node", "n2"], lib_dir, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "(no site config found)" in done.stdout
     assert 'model: "NVIDIA A100-SXM4-80GB"' in done.stdout
     assert "# define a model with nvml_names" in done.stdout
-    done = cli(["site", "probe", "--node", "n2", "--json"], standin_lib, tmp_path)
+    done = cli(["site", "probe", "--node", "n2", "--json"], lib_dir, tmp_path)
     data = json.loads(done.stdout)
     assert data["site"] is None
     assert [(g["slot"], g["model"], g["bus_id"]) for g in data["gpus"]] == [
@@ -263,13 +263,13 @@ def test_probe_command_without_site_and_json(standin_lib, tmp_path):
 
 
 @pytest.mark.nvml
-def test_probe_command_merge(standin_lib, site_file, tmp_path):
+def test_probe_command_merge(lib_dir, site_file, tmp_path):
     """The stand-in's n2 matches the shared entry: unchanged; as n9 it is appended."""
-    done = cli(["site", "probe", "--node", "n2", "--merge", str(site_file)], standin_lib, tmp_path)
+    done = cli(["site", "probe", "--node", "n2", "--merge", str(site_file)], lib_dir, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{site_file}: node map entry already matches; nothing written"
     assert site_file.read_text() == SITE
-    done = cli(["site", "probe", "--node", "n9", "--merge", str(site_file)], standin_lib, tmp_path)
+    done = cli(["site", "probe", "--node", "n9", "--merge", str(site_file)], lib_dir, tmp_path)
     assert done.returncode == 0, done.stderr
     text = site_file.read_text()
     assert text.startswith(SITE.split("prolog:")[0] + "  - nodes: n9\n    gpus:\n")
@@ -280,8 +280,8 @@ def test_probe_command_merge(standin_lib, site_file, tmp_path):
 
 
 @pytest.mark.nvml
-def test_probe_command_no_nvml_is_one_line(standin_lib, tmp_path):
-    done = cli(["site", "probe", "--node", "n2"], standin_lib, tmp_path)
+def test_probe_command_no_nvml_is_one_line(lib_dir, tmp_path):
+    done = cli(["site", "probe", "--node", "n2"], lib_dir, tmp_path)
     assert done.returncode == 0
     broken = run_python(
         CLI.format(argv=["site", "probe", "--node", "n2"]),

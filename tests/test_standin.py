@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from standin_fixtures import run_python, standin_library
+from standin_fixtures import run_python
 
 from clusterjob.errors import ClusterjobError
 from clusterjob.sandbox.standin import (
@@ -25,11 +25,6 @@ from clusterjob.sandbox.standin import (
 )
 
 pytestmark = pytest.mark.nvml
-
-
-@pytest.fixture(scope="module")
-def standin_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return standin_library(tmp_path_factory)
 
 
 def _json_from_child(code: str, lib: Path, scenario, tmp_path: Path, **kw):
