@@ -22,7 +22,9 @@ from clusterjob.errors import ClusterjobError, UsageError
 from clusterjob.sandbox import config, host
 from clusterjob.sandbox.config import SANDBOX_NODES, Layout, Ports
 
-PORT_RANGE = range(46800, 46900, 20)
+# Below Linux's ephemeral range (32768-60999): a client connection's local port can never
+# take a daemon's port between `down` and `up` (seen: slurmd "Address already in use").
+PORT_RANGE = range(26800, 26900, 20)
 MUNGE_USER = "munge"
 MYSQL_USER = "mysql"
 
@@ -230,9 +232,8 @@ def _choose_ports(layout: Layout) -> Ports:
     """Keep the block this sandbox used before if it is still free, else the first free one."""
     saved = layout.state_dir / "ports"
     candidates = list(PORT_RANGE)
-    if saved.exists():
-        base = int(saved.read_text().strip())
-        candidates.insert(0, base)
+    if saved.exists() and int(saved.read_text().strip()) in PORT_RANGE:
+        candidates.insert(0, int(saved.read_text().strip()))
     ours_running = any(r.alive() for r in host.list_pids(layout.pid_dir))
     for base in candidates:
         ports = Ports.from_base(base)
@@ -527,8 +528,10 @@ def _ensure_slurmds(layout: Layout, deadline: float, say: Say) -> None:
     for node in SANDBOX_NODES:
         name = f"slurmd-{node.name}"
         rec = _running(layout, name)
+        started = 0.0  # a slurmd already running has registered before
         if rec is None:
             say(f"starting slurmd for {node.name}")
+            started = time.time()
             rec = host.spawn(
                 name,
                 [host.which("slurmd"), "-D", "-f", str(layout.slurm_conf), "-N", node.name],
@@ -536,15 +539,39 @@ def _ensure_slurmds(layout: Layout, deadline: float, say: Say) -> None:
                 log=_log(layout, name),
                 env=env,
             )
-        records.append((node.name, rec))
+        records.append((node.name, rec, started))
 
-    for node_name, rec in records:
+    for node_name, rec, started in records:
 
-        def ready(n: str = node_name) -> str | None:
-            states = {row[0]: row[1] for row in _sinfo_nodes(layout)}
-            return None if _node_ready(states.get(n, "unknown")) else f"state {states.get(n)}"
+        def ready(n: str = node_name, since: float = started) -> str | None:
+            # slurmctld keeps a node's last state across its own restart, so "idle" alone may
+            # be stale: the node must also have registered since this slurmd started.
+            fields = _scontrol_node(layout, n)
+            state = fields.get("State", "unknown").lower()
+            if not _node_ready(state):
+                return f"state {state}"
+            registered = _slurm_timestamp(fields.get("SlurmdStartTime", ""))
+            if registered is None or registered < since - 1:
+                return "not registered since it started"
+            return None
 
         _wait("registered with slurmctld", rec, deadline, ready)
+
+
+def _scontrol_node(layout: Layout, node: str) -> dict[str, str]:
+    proc = host.run(
+        ["scontrol", "show", "node", "-o", node], env=_slurm_env(layout), timeout=15, check=False
+    )
+    words = (w.partition("=") for w in proc.stdout.split())
+    return {key: value for key, sep, value in words if sep}
+
+
+def _slurm_timestamp(text: str) -> float | None:
+    """Seconds since the epoch for Slurm's local-time ``2026-11-29T17:51:53``."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def stop_daemon(state_dir: Path, name: str, *, timeout: float = 20) -> bool:

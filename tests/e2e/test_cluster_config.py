@@ -70,11 +70,11 @@ def test_gres_conf_indices_follow_the_node_map(layout: Layout) -> None:
 
 
 def test_slurm_conf_nodes_ports_and_hooks(layout: Layout) -> None:
-    ports = Ports.from_base(46800)
+    ports = Ports.from_base(26800)
     _, node_gres = config.gres_from_site(_site(layout), layout)
     text = config.slurm_conf(layout, ports, node_gres)
     assert len(set(ports.all())) == len(ports.all())
-    assert "NodeName=gpu3 NodeAddr=127.0.0.1 NodeHostname=localhost Port=46812" in text
+    assert "NodeName=gpu3 NodeAddr=127.0.0.1 NodeHostname=localhost Port=26812" in text
     assert "Gres=gpu:a100:2,gpu:v100:2" in text and "Gres=gpu:h100:8" in text
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:a100,gres/gpu:v100,gres/gpu:h100" in text
     assert f"Prolog={layout.hooks_dir}/prolog" in text
