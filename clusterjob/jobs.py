@@ -51,6 +51,9 @@ REASONS = {
     "QOSMaxJobsPerUserLimit": "you already run as many jobs as your QOS allows",
     "QOSMaxSubmitJobPerUserLimit": "you already have as many jobs queued as your QOS allows",
     "ReqNodeNotAvail": "a node it needs is down, drained or reserved (see `sinfo -R`)",
+    # what squeue prints for a job whose only possible nodes are down or drained (seen on 22.05)
+    "Nodes required for job are DOWN, DRAINED": "every node that could run it is down or "
+    "drained (see `sinfo -R`; the clusterjob Prolog drains nodes whose GPUs are wrong)",
     "NodeDown": "a node it needs is down",
     "Dependency": "waiting for the jobs it depends on",
     "DependencyNeverSatisfied": "a job it depends on failed, so it will never start: cancel it",

@@ -159,6 +159,12 @@ def test_status_of_an_untracked_job_and_last(data) -> None:
         ("PENDING", "QOSMaxGRESPerUser", "as many GPUs as your QOS allows"),
         ("PENDING", "ReqNodeNotAvail, UnavailableNodes:gpu3", "down, drained or reserved"),
         ("PENDING", "launch failed requeued held", "scontrol release 42"),
+        (
+            "PENDING",
+            "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+            "partitions",
+            "every node that could run it is down or drained",
+        ),
         ("PENDING", "PartitionTimeLimit", "never start"),
         ("OUT_OF_MEMORY", None, "host memory"),
         ("RUNNING", None, ""),
