@@ -497,7 +497,7 @@ def status(
                 update._replace(
                     stdout_path=stdout,
                     stderr_path=stderr,
-                    gpus=parse.gpu_tres(q.tres_per_node),
+                    gpus=_gpus_of(q),
                     elapsed=q.elapsed or None,
                 )
             )
@@ -511,7 +511,7 @@ def status(
                     a.reason,
                     a.exit_code,
                     a.nodes,
-                    gpus=parse.gpu_tres(a.alloc_tres),
+                    gpus=_gpus_of(a),
                     elapsed=a.elapsed or None,
                 )  # fmt: skip
             )
@@ -533,6 +533,13 @@ def status(
     return results
 
 
+def _gpus_of(row: parse.QueuedJob | parse.AccountedJob) -> str | None:
+    """The job's GPUs as Slurm reports them: sacct's AllocTRES, squeue's TRES per node."""
+    return parse.gpu_tres(
+        row.alloc_tres if isinstance(row, parse.AccountedJob) else row.tres_per_node
+    )
+
+
 def _from_row(
     row: parse.QueuedJob | parse.AccountedJob, record: JobRecord | None, source: str
 ) -> JobStatus:
@@ -549,9 +556,7 @@ def _from_row(
         submitted=_iso(record.submitted_at) if record else None,
         site=record.site if record else "",
         source=source,
-        gpus=parse.gpu_tres(
-            row.alloc_tres if isinstance(row, parse.AccountedJob) else row.tres_per_node
-        ),
+        gpus=_gpus_of(row),
     )
 
 
