@@ -490,18 +490,22 @@ def status(
         q = pick(queued.get(record.job_id), record.cluster)
         a = pick(accounted.get(record.job_id), record.cluster)
         if q is not None and not (parse.is_final(q.state) and a and parse.is_final(a.state)):
+            exit_code = _ended_exit_code(client, q) if parse.is_final(q.state) else None
             stdout = _expand(q.stdout, q, record) if q.stdout else None
             stderr = _expand(q.stderr, q, record) if q.stderr else None
-            update = StateUpdate(record.token, q.cluster, q.state, q.reason, None, q.nodes)
-            updates.append(
-                update._replace(
-                    stdout_path=stdout,
-                    stderr_path=stderr,
-                    gpus=_gpus_of(q),
-                    elapsed=q.elapsed or None,
+            update = StateUpdate(record.token, q.cluster, q.state, q.reason, exit_code, q.nodes)
+            if not (parse.is_final(q.state) and exit_code is None):
+                # A final state is recorded only with its exit code: the registry never asks
+                # Slurm about a finished job again, so the code could never be filled in.
+                updates.append(
+                    update._replace(
+                        stdout_path=stdout,
+                        stderr_path=stderr,
+                        gpus=_gpus_of(q),
+                        elapsed=q.elapsed or None,
+                    )
                 )
-            )
-            results.append(_from_row(q, record, "squeue"))
+            results.append(_from_row(q, record, "squeue", exit_code=exit_code))
         elif a is not None:
             updates.append(
                 StateUpdate(
@@ -528,7 +532,12 @@ def status(
         row = pick(queued.get(job_id), "") or pick(accounted.get(job_id), "")
         if row is None:
             raise UsageError(f"job {job_id}: Slurm does not know it")
-        results.append(_from_row(row, None, "squeue" if job_id in queued else "sacct"))
+        code = None
+        if isinstance(row, parse.QueuedJob) and parse.is_final(row.state):
+            code = _ended_exit_code(client, row)
+        results.append(
+            _from_row(row, None, "squeue" if job_id in queued else "sacct", exit_code=code)
+        )
     registry.update_states(updates, checked_at=now)
     return results
 
@@ -540,8 +549,21 @@ def _gpus_of(row: parse.QueuedJob | parse.AccountedJob) -> str | None:
     )
 
 
+def _ended_exit_code(client: SlurmClient, row: parse.QueuedJob) -> int | None:
+    """The exit code of a job squeue shows as ended but sacct does not yet (slurmdbd records
+    the end a moment later): scontrol's live record has it as ``ExitCode=``."""
+    job = client.scontrol_job(row.job_id)
+    if job is None or not parse.is_final(job.state):
+        return None
+    return job.exit_code
+
+
 def _from_row(
-    row: parse.QueuedJob | parse.AccountedJob, record: JobRecord | None, source: str
+    row: parse.QueuedJob | parse.AccountedJob,
+    record: JobRecord | None,
+    source: str,
+    *,
+    exit_code: int | None = None,
 ) -> JobStatus:
     return JobStatus(
         job_id=row.job_id,
@@ -552,7 +574,7 @@ def _from_row(
         explanation=explain(row.state, row.reason, row.job_id),
         nodes=row.nodes,
         elapsed=row.elapsed,
-        exit_code=getattr(row, "exit_code", None),
+        exit_code=row.exit_code if isinstance(row, parse.AccountedJob) else exit_code,
         submitted=_iso(record.submitted_at) if record else None,
         site=record.site if record else "",
         source=source,

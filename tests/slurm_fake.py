@@ -25,6 +25,8 @@ class FakeSlurm:
         self.accounting = accounting
         self.jobs: dict[str, dict[str, str]] = {}
         self.forgotten: set[str] = set()  # ended longer than MinJobAge ago: sacct only
+        self.unrecorded_end: set[str] = set()  # ended, slurmdbd not told yet: sacct says RUNNING
+        self.forgotten_by_scontrol: set[str] = set()  # MinJobAge passed right after squeue ran
         self.next_id = 100
         self.calls: list[list[str]] = []
         self.sbatch_plan: list[str] = []  # per sbatch: ok | timeout_created | timeout | stderr
@@ -132,7 +134,10 @@ class FakeSlurm:
         rows = []
         for job_id in ids:
             job = self.jobs.get(job_id)
-            if job is not None:
+            if job is not None and job_id in self.unrecorded_end:
+                running = {**job, "state": "RUNNING", "reason": "None", "exit_code": "0:0"}
+                rows.append(self._line({**running, "end": "Unknown"}, parse.SACCT_FIELDS))
+            elif job is not None:
                 rows.append(self._line({**job, "end": "Unknown"}, parse.SACCT_FIELDS))
         return self._ok(cmd, "".join(r + "\n" for r in rows))
 
@@ -140,7 +145,7 @@ class FakeSlurm:
         if cmd[1:3] == ["show", "config"]:
             return self._ok(cmd, f"ClusterName             = {self.cluster}\n")
         job = self.jobs.get(cmd[-1])
-        if job is None or cmd[-1] in self.forgotten:
+        if job is None or cmd[-1] in self.forgotten | self.forgotten_by_scontrol:
             return SlurmResult(tuple(cmd), 1, "", "slurm_load_jobs error: Invalid job id specified")
         out = job["stdout"].replace("%j", job["job_id"])
         err = job["stderr"].replace("%j", job["job_id"])

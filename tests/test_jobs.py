@@ -17,6 +17,7 @@ from clusterjob.registry import JobRecord, Registry
 from clusterjob.render import render
 from clusterjob.request import JobRequest, resolve
 from clusterjob.site.loader import load_site
+from clusterjob.slurm import parse
 
 TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")
 
@@ -111,6 +112,39 @@ def test_squeue_exit_code_comes_from_sacct_and_cache_is_shared(data) -> None:
     (row,) = jobs.status(client=slurm.client(), registry=registry)
     assert (row.state, row.exit_code, row.source) == ("FAILED", 2, "sacct")
     assert json.loads((data / jobs.CACHE_FILE).read_text())["squeue"]["ids"] == [done]
+
+
+@pytest.mark.parametrize(("state", "code"), [("COMPLETED", 0), ("FAILED", 3)])
+def test_an_end_sacct_has_not_recorded_yet_carries_scontrols_exit_code(
+    data, state: str, code: int
+) -> None:
+    # Seen in a CI run: right after a job ended, squeue said COMPLETED while sacct still had
+    # it RUNNING, and status printed COMPLETED with exit_code null (and kept it).
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state=state, reason="None", exit_code=f"{code}:0")
+    slurm.unrecorded_end.add(job_id)
+    track(registry, slurm, job_id)
+    (row,) = jobs.status(client=slurm.client(), registry=registry)
+    assert (row.state, row.exit_code, row.source) == (state, code, "squeue")
+    assert registry.get(job_id).exit_code == code
+    (untracked,) = jobs.status([job_id], client=slurm.client(), registry=Registry(data / "o.db"))
+    assert (untracked.state, untracked.exit_code) == (state, code)
+
+
+def test_an_end_known_to_nobody_but_squeue_is_not_recorded_without_its_code(data) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state="COMPLETED", reason="None")
+    slurm.unrecorded_end.add(job_id)
+    track(registry, slurm, job_id)
+    slurm.forgotten_by_scontrol.add(job_id)
+    (row,) = jobs.status(client=slurm.client(), registry=registry)
+    assert (row.state, row.exit_code) == ("COMPLETED", None)
+    assert not parse.is_final(registry.get(job_id).state)  # asked again next time
+    slurm.unrecorded_end.clear()
+    (row,) = jobs.status(client=slurm.client(), registry=registry, cache=jobs.StatusCache(ttl=0))
+    assert (row.state, row.exit_code, row.source) == ("COMPLETED", 0, "sacct")
 
 
 def test_another_clusters_job_with_the_same_id_is_not_mistaken(data) -> None:

@@ -1,15 +1,19 @@
 """The built wheel renders jobs on its own: templates and example sites travel inside it.
 
 Slow-ish (a wheel build and a venv, ~10 s) but kept in the suite: an editable install or a
-source checkout would hide a template left out of the wheel. The venv sees the system's
-site-packages (jinja2, typer... without network) but gets clusterjob only from the wheel,
-installed non-editable, and runs from a directory outside the repository.
+source checkout would hide a template left out of the wheel. The venv gets clusterjob only
+from the wheel, installed non-editable, and runs from a directory outside the repository.
+Its dependencies (jinja2, typer... without network) come from the environment running the
+tests, through a .pth file placed after its own site-packages: `venv --system-site-packages`
+would give the *base* interpreter's packages, which on a fresh machine have no typer when the
+tests run from a venv (as .ci/run does).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -50,11 +54,16 @@ def test_wheel_renders_a_dry_run_outside_the_repository(tmp_path: Path) -> None:
 
     venv = tmp_path / "venv"
     _run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
         tmp_path,
         env,
     )
     py = venv / "bin" / "python"
+    inner = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                 tmp_path, env).strip()  # fmt: skip
+    # Processed after the venv's own site-packages, so the wheel's clusterjob wins over the
+    # checkout's editable install that the outer environment may carry.
+    (Path(inner) / "outer-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     pip_install = ["install", "--no-deps", "--no-index", "--no-compile", str(wheel)]
     _run([sys.executable, "-m", "pip", "--python", str(py), *pip_install], tmp_path, env)
 
