@@ -18,14 +18,9 @@ from pathlib import Path
 import pytest
 
 from clusterjob.sandbox import cluster
+from clusterjob.slurm.parse import is_final
 from clusterjob.sandbox.config import Layout
 
-# Job states after which a job does not move on by itself. A job whose Prolog failed is
-# requeued and held (PENDING, reason launch_failed_requeued_held): it counts as settled.
-FINAL_STATES = {
-    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-    "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "SPECIAL_EXIT",
-}  # fmt: skip
 
 
 @dataclass
@@ -74,7 +69,11 @@ class Sandbox:
         while True:
             fields = self.job(job_id)
             state = fields.get("JobState", "")
-            if state in FINAL_STATES or "held" in fields.get("Reason", "").lower():
+            # A job whose Prolog failed is requeued and held: PENDING with reason
+            # launch_failed_requeued_held. It shows that reason already while COMPLETING (the
+            # requeue under way, seen in a CI run), so it counts as settled only once PENDING.
+            held = state == "PENDING" and "held" in fields.get("Reason", "").lower()
+            if is_final(state) or held:
                 return fields
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} still {state} after {timeout}s: {fields}")
