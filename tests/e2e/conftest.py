@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from clusterjob.sandbox import cluster
-from clusterjob.slurm.parse import is_final
 from clusterjob.sandbox.config import Layout
-
+from clusterjob.slurm.parse import is_final
 
 
 @dataclass
