@@ -45,7 +45,7 @@ def count_calls(log: Path) -> dict[str, int]:
 
 
 def seed_registry(data_dir: Path, jobs: int, cluster: str) -> None:
-    from clusterjob.registry import REGISTRY_FILE, JobRecord, Registry
+    from clusterjob.jobs.registry import REGISTRY_FILE, JobRecord, Registry
 
     now = time.time()
     records = [

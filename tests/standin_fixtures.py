@@ -22,7 +22,7 @@ import pytest
 
 import clusterjob
 from clusterjob.errors import NvmlError
-from clusterjob.node.inventory import Gpu, GpuInventory, GpuProcess
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
 from clusterjob.sandbox.standin import (
     StandinScenario,
     build_standin_library,
@@ -89,7 +89,7 @@ def run_python(
 _INVENTORY_CODE = """
 import dataclasses, json, sys
 from clusterjob.errors import NvmlError
-from clusterjob.node.inventory import read_inventory
+from clusterjob.gpu.inventory import read_inventory
 try:
     inv = read_inventory(timeout={timeout!r})
 except NvmlError as exc:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob.avail import format_availability, summarise
 from clusterjob.errors import UsageError
+from clusterjob.jobs.avail import format_availability, summarise
 from clusterjob.site.loader import load_site
 from clusterjob.site.model import Site
 from clusterjob.slurm.parse import (

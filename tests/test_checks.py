@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
+from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.node.allocation import Allocation, Context, allocation_from_env
 from clusterjob.node.checks import CHECK_IDS, PreflightReport, model_of, run_checks
-from clusterjob.node.inventory import Gpu, GpuInventory
 from clusterjob.node.report import render_table, summary_line
 from clusterjob.site.model import NodeGpu
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob.registry import REGISTRY_FILE, Registry
+from clusterjob.jobs.registry import REGISTRY_FILE, Registry
 from clusterjob.sandbox import cluster
 
 pytestmark = pytest.mark.slurm

@@ -10,7 +10,7 @@ import pytest
 from standin_fixtures import inventory_in_child
 
 from clusterjob.errors import NvmlError
-from clusterjob.node.inventory import Gpu, GpuInventory, GpuProcess
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
 from clusterjob.sandbox.standin import (
     GIB,
     StandinScenario,

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from slurm_fake import FakeSlurm
 
-from clusterjob import jobs, resources
+from clusterjob import resources
 from clusterjob.cli import run
 from clusterjob.errors import UsageError
-from clusterjob.registry import JobRecord, Registry
-from clusterjob.render import render
-from clusterjob.request import JobRequest, resolve
+from clusterjob.jobs import lifecycle as jobs
+from clusterjob.jobs.registry import JobRecord, Registry
+from clusterjob.jobscript.render import render
+from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.loader import load_site
 from clusterjob.slurm import parse
 

@@ -13,7 +13,7 @@ import pytest
 
 from clusterjob.cli import run
 from clusterjob.errors import RegistryError, UsageError, exit_code
-from clusterjob.registry import JobRecord, Registry, StateUpdate, data_dir, repair
+from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir, repair
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -86,7 +86,7 @@ def test_last_without_any_job(tmp_path: Path) -> None:
 _WRITER = """
 import sys, time
 from pathlib import Path
-from clusterjob.registry import JobRecord, Registry
+from clusterjob.jobs.registry import JobRecord, Registry
 path, index, start = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 while time.time() < start:
     time.sleep(0.001)

@@ -24,9 +24,9 @@ from test_request import (
 )
 
 from clusterjob.errors import ConfigError, UsageError
-from clusterjob.render import RenderedJob, default_node_command, render
-from clusterjob.request import JobRequest, resolve
-from clusterjob.shell import sbatch_option, sbatch_value, shell_quote
+from clusterjob.jobscript.render import RenderedJob, default_node_command, render
+from clusterjob.jobscript.request import JobRequest, resolve
+from clusterjob.jobscript.shell import sbatch_option, sbatch_value, shell_quote
 from clusterjob.site.model import Site
 
 BASH = shutil.which("bash") or "/bin/bash"

@@ -123,10 +123,10 @@ def test_submission_goes_through_jobs_submit(
         return f"job 42 token {rendered.token}"
 
     try:
-        jobs = importlib.import_module("clusterjob.jobs")
+        jobs = importlib.import_module("clusterjob.jobs.lifecycle")
     except ImportError:
-        jobs = types.ModuleType("clusterjob.jobs")
-        monkeypatch.setitem(sys.modules, "clusterjob.jobs", jobs)
+        jobs = types.ModuleType("clusterjob.jobs.lifecycle")
+        monkeypatch.setitem(sys.modules, "clusterjob.jobs.lifecycle", jobs)
         monkeypatch.setattr(sys.modules["clusterjob"], "jobs", jobs, raising=False)
     monkeypatch.setattr(jobs, "submit", submit, raising=False)
     code, out, err = _submit(capsys, "--site", MLLAB, "--gpus", "2", "--model", "v100", TRAIN)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from clusterjob import resources
-from clusterjob.render import render
-from clusterjob.request import JobRequest, resolve
+from clusterjob.jobscript.render import render
+from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.loader import load_site
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

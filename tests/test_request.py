@@ -14,7 +14,7 @@ import hostlist
 import pytest
 
 from clusterjob.errors import ConfigError, UsageError
-from clusterjob.request import JobRequest, resolve, slurm_time_seconds
+from clusterjob.jobscript.request import JobRequest, resolve, slurm_time_seconds
 from clusterjob.site.model import (
     GpuModel,
     GpuSyntax,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterjob.errors import ConfigError, UsageError
-from clusterjob.node.inventory import Gpu, GpuInventory
+from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.sandbox.standin import StandinScenario, a100, v100
 from clusterjob.site.loader import load_site
 from clusterjob.site.probe import ProbedNode, describe, entry_yaml, merge_file, merge_text

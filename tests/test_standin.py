@@ -234,7 +234,7 @@ import json, os
 os.environ.pop("LD_LIBRARY_PATH", None)
 from clusterjob.sandbox.standin import preload_standin
 preload_standin({str(standin_lib)!r})
-from clusterjob.node.inventory import read_inventory
+from clusterjob.gpu.inventory import read_inventory
 print(json.dumps([g.name for g in read_inventory().gpus]))
 """
     empty = tmp_path / "empty"

@@ -10,7 +10,7 @@ import pytest
 
 from clusterjob.cli.workstation import WAIT_FOREVER, fill_wait_value
 from clusterjob.errors import ClusterjobError, UsageError
-from clusterjob.node.inventory import Gpu, GpuInventory, GpuProcess
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
 from clusterjob.site.model import GpuModel, GpuSyntax, NodeGpu, NodeMap, Site
 from clusterjob.workstation import claims
 from clusterjob.workstation.known_models import known_model, known_model_for_nvml_name

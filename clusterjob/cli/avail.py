@@ -26,8 +26,8 @@ def avail(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Free GPUs by model and partition now (drained/down nodes left out, and named)."""
-    from clusterjob.avail import availability, format_availability
     from clusterjob.cli.submit import load_site_for_submit
+    from clusterjob.jobs.avail import availability, format_availability
 
     result = availability(load_site_for_submit(site), model=model, gpus=gpus, partition=partition)
     if as_json:

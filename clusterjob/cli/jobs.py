@@ -12,7 +12,7 @@ from clusterjob.cli import app
 from clusterjob.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load sqlite and Slurm
-    from clusterjob import jobs
+    from clusterjob.jobs import lifecycle as jobs
 
 
 def _table(rows: list[jobs.JobStatus]) -> str:
@@ -53,8 +53,8 @@ def status(
     ] = False,
 ) -> None:
     """State of the jobs clusterjob submitted: one squeue (and sacct) call for all of them."""
-    from clusterjob import jobs
-    from clusterjob.registry import repair
+    from clusterjob.jobs import lifecycle as jobs
+    from clusterjob.jobs.registry import repair
 
     if fix_registry:
         moved = repair()
@@ -78,7 +78,7 @@ def logs(
     err: Annotated[bool, typer.Option("--err", help="The job's stderr file, not stdout.")] = False,
 ) -> None:
     """Print a job's output file (Slurm's own path for it)."""
-    from clusterjob import jobs
+    from clusterjob.jobs import lifecycle as jobs
 
     path = jobs.output_path(job, stderr=err)
     if not follow:
@@ -95,7 +95,7 @@ def logs(
 @app.command()
 def cancel(job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")]) -> None:
     """Cancel jobs (one scancel call)."""
-    from clusterjob import jobs
+    from clusterjob.jobs import lifecycle as jobs
 
     ids = jobs.cancel(job)
     print(f"cancel requested for {', '.join(ids)}")
@@ -104,6 +104,6 @@ def cancel(job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")
 @app.command()
 def resubmit(job: Annotated[str, typer.Argument(help="Job id or `last`.")]) -> None:
     """Submit a recorded job's script again, from the directory it was first submitted in."""
-    from clusterjob import jobs
+    from clusterjob.jobs import lifecycle as jobs
 
     print(jobs.resubmit(job))

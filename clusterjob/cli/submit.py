@@ -92,8 +92,8 @@ def submit(
     ] = False,
 ) -> None:
     """Submit SCRIPT with GPUs of one model, in this site's own sbatch syntax."""
-    from clusterjob.render import render
-    from clusterjob.request import JobRequest, resolve
+    from clusterjob.jobscript.render import render
+    from clusterjob.jobscript.request import JobRequest, resolve
 
     args = list(args or [])
     if dry_run and test_only:
@@ -140,7 +140,7 @@ def submit(
         )
         typer.echo(f"# {rendered.sbatch_command()}")
         return
-    from clusterjob import jobs
+    from clusterjob.jobs import lifecycle as jobs
 
     result = jobs.submit(the_site, resolved, rendered, test_only=test_only)
     typer.echo(str(result))

@@ -20,7 +20,7 @@ from clusterjob.errors import SiteNotFound, UsageError
 from clusterjob.site.model import Site
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the launcher
-    from clusterjob.node.inventory import GpuInventory
+    from clusterjob.gpu.inventory import GpuInventory
 
 # Options of `run` that take a value; `--wait` takes one only when one follows.
 _VALUE_OPTIONS = ("--gpus", "--model", "-m", "--min-free-mem", "--site", "-s")
@@ -133,7 +133,7 @@ def run(
     ] = None,
 ) -> None:
     """Run COMMAND on free GPUs of one model of this machine (no Slurm needed)."""
-    from clusterjob.node.inventory import read_inventory
+    from clusterjob.gpu.inventory import read_inventory
     from clusterjob.workstation import claims, launch, selection
 
     request = selection.GpuRequest(

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.node.allocation import Allocation
-from clusterjob.node.inventory import Gpu, GpuInventory
 from clusterjob.site.model import NodeGpu
 
 __all__ = [

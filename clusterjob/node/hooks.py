@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from clusterjob.errors import ClusterjobError, NvmlError, UntrustedConfig, UsageError
+from clusterjob.gpu.inventory import GpuInventory
 from clusterjob.node.allocation import Context, allocation_from_env, task_cuda_visible_devices
 from clusterjob.node.checks import Finding, PreflightReport, Severity, run_checks
-from clusterjob.node.inventory import GpuInventory
 from clusterjob.site.model import NodeGpu, OnError, PrologPolicy
 
 __all__ = [
@@ -124,7 +124,7 @@ def read_inventory_isolated(timeout: float, *, deadline: float | None = None) ->
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             try:
-                from clusterjob.node.inventory import read_inventory
+                from clusterjob.gpu.inventory import read_inventory
 
                 payload: tuple[Any, ...] = ("ok", read_inventory())
             except NvmlError as exc:

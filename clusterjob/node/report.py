@@ -9,8 +9,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
+from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.node.checks import PreflightReport, Severity
-from clusterjob.node.inventory import Gpu, GpuInventory
 
 __all__ = [
     "format_table",

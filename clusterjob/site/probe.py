@@ -21,7 +21,7 @@ from typing import Any
 import hostlist
 
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
-from clusterjob.node.inventory import GpuInventory, read_inventory
+from clusterjob.gpu.inventory import GpuInventory, read_inventory
 from clusterjob.site.loader import validate_site_file
 from clusterjob.site.model import Site
 

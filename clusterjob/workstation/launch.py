@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from clusterjob.errors import ClusterjobError, UsageError
-from clusterjob.node.inventory import Gpu, GpuInventory
+from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.workstation import claims as claims_mod
 from clusterjob.workstation import queue as queue_mod
 from clusterjob.workstation.selection import (

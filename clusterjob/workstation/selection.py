@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clusterjob.errors import UsageError
-from clusterjob.node.inventory import Gpu, GpuInventory
+from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.site.model import Site
 from clusterjob.workstation.known_models import known_model, known_model_for_nvml_name, model_key
 

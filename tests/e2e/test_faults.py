@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob.registry import REGISTRY_FILE, Registry
+from clusterjob.jobs.registry import REGISTRY_FILE, Registry
 from clusterjob.sandbox import cluster
 from clusterjob.slurm.runner import DEADLINE_ENV, Runner, SlurmResult
 

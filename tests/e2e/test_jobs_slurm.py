@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob import jobs
 from clusterjob.errors import SlurmError
-from clusterjob.registry import Registry
-from clusterjob.render import RenderedJob
-from clusterjob.request import JobRequest, new_token, resolve
+from clusterjob.jobs import lifecycle as jobs
+from clusterjob.jobs.registry import Registry
+from clusterjob.jobscript.render import RenderedJob
+from clusterjob.jobscript.request import JobRequest, new_token, resolve
 from clusterjob.site.loader import load_site
 from clusterjob.site.model import Site
 from clusterjob.slurm.commands import SlurmClient

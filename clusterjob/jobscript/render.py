@@ -21,8 +21,14 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from clusterjob import resources
 from clusterjob.errors import ClusterjobError, ConfigError, ConfigIssue
-from clusterjob.request import ResolvedJob
-from clusterjob.shell import check_no_nul, sbatch_option, sbatch_value, shell_join, shell_quote
+from clusterjob.jobscript.request import ResolvedJob
+from clusterjob.jobscript.shell import (
+    check_no_nul,
+    sbatch_option,
+    sbatch_value,
+    shell_join,
+    shell_quote,
+)
 from clusterjob.site.model import Site
 
 JOB_TEMPLATE = "job.sh.j2"

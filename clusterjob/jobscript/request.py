@@ -15,7 +15,7 @@ from pathlib import Path
 import hostlist
 
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
-from clusterjob.shell import check_directive_value, check_no_nul
+from clusterjob.jobscript.shell import check_directive_value, check_no_nul
 from clusterjob.site.model import GpuModel, GpuSyntax, Partition, Site
 from clusterjob.slurm.parse import MEMORY_SIZE
 

@@ -177,9 +177,9 @@ def estimate_start(
 ) -> StartEstimate:
     """When Slurm would start ``gpus`` GPUs of ``model``: the job ``clusterjob submit`` would
     render, through the same ``--test-only`` path (nothing is submitted or recorded)."""
-    from clusterjob.jobs import TestOnlyResult, submit
-    from clusterjob.render import render
-    from clusterjob.request import JobRequest, resolve
+    from clusterjob.jobs.lifecycle import TestOnlyResult, submit
+    from clusterjob.jobscript.render import render
+    from clusterjob.jobscript.request import JobRequest, resolve
 
     request = JobRequest(
         script="clusterjob-avail-estimate",

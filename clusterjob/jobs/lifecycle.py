@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterjob.errors import RegistryError, UsageError
-from clusterjob.registry import JobRecord, Registry, StateUpdate, data_dir
+from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
 from clusterjob.slurm.parse import StartEstimate
 
 if TYPE_CHECKING:
-    from clusterjob.render import RenderedJob
-    from clusterjob.request import ResolvedJob
+    from clusterjob.jobscript.render import RenderedJob
+    from clusterjob.jobscript.request import ResolvedJob
     from clusterjob.site.model import Site
 
 CACHE_FILE = "status-cache.json"
@@ -280,7 +280,7 @@ def resubmit(
     The script gets a fresh token (its ``--comment``), so the new submission is told apart
     from the old job when a timed-out sbatch is looked up.
     """
-    from clusterjob.request import new_token
+    from clusterjob.jobscript.request import new_token
 
     client = client or SlurmClient()
     registry = registry or Registry()

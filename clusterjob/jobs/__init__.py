@@ -1,0 +1,1 @@
+"""Live jobs: submit, status, logs, cancel, resubmit, the local registry, availability."""

@@ -1,0 +1,1 @@
+"""From a researcher's request to a job script: resolve against the site, render, quote."""

@@ -1,0 +1,153 @@
+"""The folder tree is the picture of the layers, and this test keeps it so.
+
+Every ``clusterjob`` import in the package (at the top of a module or inside a function,
+under TYPE_CHECKING or not) is read from the source with ``ast``: a module may import its
+own package and the floors below its own, never a floor above, never a sibling on its own
+floor. The package-level graph must have no cycle. Adding a package means adding it to
+``FLOORS`` here, which is the place to decide where it stands.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "clusterjob"
+
+# Lowest first. A top-level module (errors.py, pci.py, resources.py) is its own "package"
+# on the ground floor; packages on one floor are independent of each other.
+FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({"errors", "pci", "resources"}),
+    frozenset({"gpu", "slurm"}),
+    frozenset({"site"}),
+    frozenset({"jobscript", "node", "workstation", "sandbox"}),
+    frozenset({"jobs"}),
+    frozenset({"cli"}),
+    frozenset({"__main__"}),  # dispatches the Slurm hooks (stdlib only) or the CLI
+)
+# The ground floor's own order: errors first, the others may use it.
+GROUND_ORDER = ("errors", "pci", "resources")
+FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
+
+
+def _unit(module: str) -> str:
+    """The layer unit of a dotted module name under clusterjob ('' for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported clusterjob module) for every import in ``path``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path)
+    if path.name != "__init__.py":
+        package = package.rsplit(".", 1)[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("clusterjob")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if not module.startswith("clusterjob"):
+                continue
+            if module == "clusterjob":  # from clusterjob import resources
+                found += [(node.lineno, f"clusterjob.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, module))
+    return found
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _edges() -> list[tuple[str, int, str, str]]:
+    """(file, line, importing unit, imported unit) across units."""
+    edges = []
+    for path in _sources():
+        me = _unit(_module_name(path))
+        for line, module in _imports(path):
+            other = _unit(module)
+            if other and other != me:
+                edges.append((str(path.relative_to(PACKAGE.parent)), line, me, other))
+    return edges
+
+
+def test_every_unit_has_a_floor() -> None:
+    units = {_unit(_module_name(p)) for p in _sources()} - {""}
+    assert units <= set(FLOOR), f"place these in FLOORS: {sorted(units - set(FLOOR))}"
+
+
+def test_imports_only_go_down() -> None:
+    wrong = []
+    for file, line, me, other in _edges():
+        if me not in FLOOR or other not in FLOOR:
+            continue
+        if FLOOR[other] < FLOOR[me]:
+            continue
+        if FLOOR[me] == 0 and GROUND_ORDER.index(other) < GROUND_ORDER.index(me):
+            continue
+        where = "above" if FLOOR[other] > FLOOR[me] else "beside"
+        wrong.append(f"{file}:{line}: {me} imports {other}, a floor {where} it")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_package_level_cycle() -> None:
+    graph: dict[str, set[str]] = {}
+    for _, _, me, other in _edges():
+        graph.setdefault(me, set()).add(other)
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(unit: str, path: list[str]) -> None:
+        seen[unit] = 1
+        for nxt in sorted(graph.get(unit, ())):
+            if seen.get(nxt) == 1:
+                cycle = path[path.index(nxt) :] + [nxt] if nxt in path else [unit, nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in seen:
+                visit(nxt, [*path, nxt])
+        seen[unit] = 2
+
+    for unit in sorted(graph):
+        if unit not in seen:
+            visit(unit, [unit])
+
+
+def test_the_rule_is_read_from_real_imports(tmp_path: Path) -> None:
+    """The reader finds imports in functions, relative ones and `from clusterjob import x`."""
+    src = tmp_path / "clusterjob" / "slurm" / "m.py"
+    src.parent.mkdir(parents=True)
+    src.write_text(
+        "from clusterjob import errors\n"
+        "def f():\n"
+        "    from clusterjob.site.model import Site\n"
+        "    from ..jobs import lifecycle\n"
+        "import clusterjob.cli\n"
+    )
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, tmp_path / "clusterjob"
+    try:
+        found = [m for _, m in _imports(src)]
+    finally:
+        PACKAGE = saved
+    assert sorted(found) == [
+        "clusterjob.cli",
+        "clusterjob.errors",
+        "clusterjob.jobs",
+        "clusterjob.site.model",
+    ]
