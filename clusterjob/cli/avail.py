@@ -8,13 +8,12 @@ from typing import Annotated
 import typer
 
 from clusterjob.cli import app
+from clusterjob.cli.common import JsonOption, SiteOption, load_site
 
 
 @app.command("avail")
 def avail(
-    site: Annotated[
-        str | None, typer.Option("--site", "-s", help="Site name or site YAML file.")
-    ] = None,
+    site: SiteOption = None,
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="GPU model (or an alias).")
     ] = None,
@@ -23,13 +22,12 @@ def avail(
         typer.Option("--gpus", help="GPUs per node: also ask Slurm when such a job would start."),
     ] = None,
     partition: Annotated[str | None, typer.Option("--partition", "-p")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Free GPUs by model and partition now (drained/down nodes left out, and named)."""
-    from clusterjob.cli.submit import load_site_for_submit
     from clusterjob.jobs.avail import availability, format_availability
 
-    result = availability(load_site_for_submit(site), model=model, gpus=gpus, partition=partition)
+    result = availability(load_site(site), model=model, gpus=gpus, partition=partition)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

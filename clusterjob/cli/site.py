@@ -3,36 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from clusterjob.cli import site_app
+from clusterjob.cli.common import JsonOption, SiteOption, load_site
 from clusterjob.site.model import Site
-
-SiteOption = Annotated[
-    str | None, typer.Option("--site", help="Site config: a file, or a site name.")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-
-
-def _cluster_name() -> str | None:
-    """Slurm's ClusterName through the Slurm module, asked only when discovery needs it."""
-    try:
-        from clusterjob.slurm import cluster_name  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    result = cluster_name()
-    return result if isinstance(result, str) else None
-
-
-def _load(spec: str | None) -> Site:
-    from clusterjob.site.discovery import find_site
-    from clusterjob.site.loader import load_site
-
-    return load_site(find_site(spec, environ=os.environ, cluster_name=_cluster_name))
 
 
 @site_app.command("validate")
@@ -72,7 +50,7 @@ def show(site: SiteOption = None, as_json: JsonOption = False) -> None:
     """Show the site: models with aliases and GRES names, partitions and their GPUs."""
     from clusterjob.site.admin import format_site, site_summary
 
-    loaded = _load(site)
+    loaded = load_site(site)
     if as_json:
         print(json.dumps(site_summary(loaded), indent=2))
     else:
@@ -89,7 +67,7 @@ def gres_conf(
     """Print gres.conf lines and slurm.conf Gres= values generated from the node map."""
     from clusterjob.site.admin import GRES_CONF_HEADER, gres_conf_lines, slurm_node_gres_lines
 
-    loaded = _load(site)
+    loaded = load_site(site)
     print("\n".join(GRES_CONF_HEADER))
     print("\n".join(gres_conf_lines(loaded, device_prefix)))
     print("\n# slurm.conf: add these Gres= values to the NodeName lines (GresTypes=gpu)")
@@ -110,16 +88,16 @@ def probe(
 ) -> None:
     """Read this node's GPUs (NVML) and print its node-map entry, in PCI bus order."""
     from clusterjob.errors import SiteNotFound
-    from clusterjob.site.loader import load_site
+    from clusterjob.site.loader import load_site as load_file
     from clusterjob.site.probe import entry_yaml, merge_file
     from clusterjob.site.probe import probe as probe_node
 
     loaded: Site | None
     if merge is not None:
-        loaded = load_site(merge)  # the models of the file being edited name the GPUs
+        loaded = load_file(merge)  # the models of the file being edited name the GPUs
     else:
         try:
-            loaded = _load(site)
+            loaded = load_site(site)
         except SiteNotFound:
             if site is not None:
                 raise
@@ -146,7 +124,7 @@ def diff(site: SiteOption = None, as_json: JsonOption = False) -> None:
     """Compare the node map with the live cluster (exit 1 when they differ)."""
     from clusterjob.site.drift import diff_site, format_report
 
-    report = diff_site(_load(site))
+    report = diff_site(load_site(site))
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -7,30 +7,14 @@ clusterjob's options may stand before or after SCRIPT (``clusterjob submit train
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from clusterjob.cli import app
+from clusterjob.cli.common import SiteOption, load_site
 from clusterjob.errors import UsageError
-from clusterjob.site.model import Site
-
-
-def _cluster_name() -> str | None:
-    """This cluster's Slurm ClusterName; asked by discovery only when nothing else matched."""
-    from clusterjob.slurm.commands import SlurmClient
-
-    return SlurmClient().cluster_name()
-
-
-def load_site_for_submit(spec: str | None) -> Site:
-    """The site named by ``--site`` (a name or a file), else the one discovery finds."""
-    from clusterjob.site.discovery import find_site
-    from clusterjob.site.loader import load_site
-
-    return load_site(find_site(spec, environ=os.environ, cluster_name=_cluster_name))
 
 
 @app.command(
@@ -77,9 +61,7 @@ def submit(
         typer.Option("--sbatch-arg", help="Extra sbatch option, e.g. --sbatch-arg=--exclusive."),
     ] = None,
     tasks_per_node: Annotated[int, typer.Option("--tasks-per-node")] = 1,
-    site: Annotated[
-        str | None, typer.Option("--site", "-s", help="Site name or site YAML file.")
-    ] = None,
+    site: SiteOption = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -129,7 +111,7 @@ def submit(
         sbatch_args=tuple(sbatch_arg or ()),
         tasks_per_node=tasks_per_node,
     )
-    the_site = load_site_for_submit(site)
+    the_site = load_site(site)
     resolved = resolve(the_site, request)
     rendered = render(the_site, resolved)
     if dry_run:

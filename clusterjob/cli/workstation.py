@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand
 
 from clusterjob.cli import app
-from clusterjob.errors import SiteNotFound, UsageError
-from clusterjob.site.model import Site
+from clusterjob.cli.common import SiteOption, load_named_site
+from clusterjob.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the launcher
     from clusterjob.gpu.inventory import GpuInventory
@@ -72,23 +71,6 @@ class _RunCommand(TyperCommand):
         return super().parse_args(ctx, fill_wait_value(args))
 
 
-def _load_site(spec: str | None) -> Site | None:
-    """The site named by --site (file or name) or $CLUSTERJOB_SITE; None on a plain workstation."""
-    spec = spec or os.environ.get("CLUSTERJOB_SITE")
-    if not spec:
-        return None
-    from clusterjob.site.loader import load_site
-
-    if Path(spec).is_file():
-        return load_site(Path(spec))
-    try:
-        from clusterjob.site.discovery import find_site  # type: ignore[import-not-found]
-    except ImportError:
-        raise SiteNotFound(f"--site {spec!r}: no such file") from None
-    found: Any = find_site(spec, environ=dict(os.environ), cluster_name=None)
-    return found if isinstance(found, Site) else load_site(Path(found))
-
-
 def _node_names() -> tuple[str, ...]:
     full = socket.gethostname()
     return (full.split(".")[0], full)
@@ -127,10 +109,7 @@ def run(
             "TIMEOUT e.g. 600, 10m, 2h.",
         ),
     ] = None,
-    site: Annotated[
-        str | None,
-        typer.Option("--site", "-s", help="Site YAML (or name) describing this machine."),
-    ] = None,
+    site: SiteOption = None,
 ) -> None:
     """Run COMMAND on free GPUs of one model of this machine (no Slurm needed)."""
     from clusterjob.gpu.inventory import read_inventory
@@ -143,7 +122,7 @@ def run(
         allow_shared=allow_shared,
     )
     timeout = launch.parse_timeout(None if wait == WAIT_FOREVER else wait)
-    the_site = _load_site(site)
+    the_site = load_named_site(site)
     node_names = _node_names()
 
     def catalog_for(inventory: GpuInventory) -> selection.ModelCatalog:

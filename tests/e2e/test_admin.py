@@ -123,3 +123,24 @@ def test_avail_while_a_job_holds_all_h100s(sandbox):
     finally:
         sandbox.run("scancel", job)
     assert sandbox.wait_job(job)["JobState"] == "CANCELLED"
+
+
+def test_site_commands_find_the_sandbox_site_through_slurms_cluster_name(sandbox, tmp_path):
+    """No --site, no CLUSTERJOB_SITE: the real slurmctld's ClusterName=sandbox picks the known
+    site file declaring cluster_name: sandbox (here in the user's sites directory)."""
+    sites = tmp_path / "config" / "clusterjob" / "sites"
+    sites.mkdir(parents=True)
+    (sites / "sandbox.yaml").write_text(sandbox.site_path.read_text())
+    env = {k: v for k, v in sandbox.env.items() if k != "CLUSTERJOB_SITE"}
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), HOME=str(tmp_path))
+    show = clusterjob_cli("site", "show", "--json", env=env)
+    assert show.returncode == 0, show.stderr
+    assert json.loads(show.stdout)["site"] == "sandbox"
+    done = clusterjob_cli("site", "diff", "--json", env=env, timeout=60)
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)
+    assert report["site"] == "sandbox"
+    assert report["not_in_map"] == [] and report["not_in_slurm"] == []
+    gres = clusterjob_cli("site", "gres-conf", env=env)
+    assert gres.returncode == 0, gres.stderr
+    assert "NodeName=h1 " in gres.stdout

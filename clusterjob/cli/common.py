@@ -1,0 +1,55 @@
+"""What many commands share, declared once: the ``--site`` and ``--json`` options, and the
+one way every command finds and loads its site config.
+
+A site is found through the documented order (``clusterjob.site.discovery``); its last step
+asks Slurm for ``ClusterName``, through the one Slurm module, only when nothing else named a
+site. Workstation mode (no Slurm) uses a site only when one is named.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:  # imported where used: `clusterjob --help` loads neither YAML nor Slurm code
+    from clusterjob.site.model import Site
+
+SiteOption = Annotated[
+    str | None, typer.Option("--site", "-s", help="Site name or site YAML file.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def slurm_cluster_name() -> str:
+    """This cluster's Slurm ``ClusterName``; discovery asks for it only as its last step."""
+    from clusterjob.slurm.commands import SlurmClient
+
+    return SlurmClient().cluster_name()
+
+
+def find_site_file(spec: str | None) -> Path:
+    """The site config file for ``--site`` (a name or a file), else the one discovery finds."""
+    from clusterjob.site.discovery import find_site
+
+    return find_site(spec, environ=os.environ, cluster_name=slurm_cluster_name)
+
+
+def load_site(spec: str | None) -> Site:
+    """The site of a command that works with Slurm: ``--site`` or the discovery order."""
+    from clusterjob.site.loader import load_site as load_file
+
+    return load_file(find_site_file(spec))
+
+
+def load_named_site(spec: str | None) -> Site | None:
+    """The site of a command that needs none (workstation mode): only when ``--site`` or
+    ``$CLUSTERJOB_SITE`` names one; no Slurm is asked and no default file is read."""
+    if not (spec or os.environ.get("CLUSTERJOB_SITE")):
+        return None
+    from clusterjob.site.discovery import find_site
+    from clusterjob.site.loader import load_site as load_file
+
+    return load_file(find_site(spec, environ=os.environ, cluster_name=None))
