@@ -3,7 +3,7 @@
 It speaks the exact formats clusterjob asks for (``parse.squeue_format()`` and friends), so
 the real parsers run on its output. It also owns a virtual clock: the runner's sleeps and
 timed-out commands advance it, so retry tests take no real time. The real Slurm is
-exercised in tests/test_jobs_slurm.py.
+exercised in tests/e2e/test_jobs_slurm.py.
 """
 
 from __future__ import annotations
