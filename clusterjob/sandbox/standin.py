@@ -257,7 +257,7 @@ def _serial_for(*parts: object) -> str:
 
 
 def _make(
-    name: str, memory: int, bus_id: str, index: int, node: str, overrides: Mapping
+    name: str, memory: int, bus_id: str, index: int, node: str, overrides: Mapping[str, Any]
 ) -> StandinGpu:
     gpu = StandinGpu(
         name=name,
