@@ -8,6 +8,21 @@ and exit with ``exit_code(exc)``. A traceback is shown only with ``--debug``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+
+class ExitCode(IntEnum):
+    """What the ``clusterjob`` process exits with; scripts and the Slurm hooks rely on them."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    SLURM = 3
+    SLURM_UNAVAILABLE = 4
+    NVML = 5
+    REGISTRY = 6
+    INTERNAL = 70  # EX_SOFTWARE: a bug in clusterjob
+    INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C, or an aborted prompt
 
 
 class ClusterjobError(Exception):
@@ -70,22 +85,23 @@ class SlurmUnavailable(SlurmError):
     """Slurm could not be reached within the overall deadline, or its commands are not installed."""
 
 
+class NvmlErrorKind(str, Enum):
+    """Why NVML gave no inventory: stable names that the Prolog's log and JSON output carry."""
+
+    LIBRARY_NOT_FOUND = "library_not_found"
+    DRIVER_NOT_LOADED = "driver_not_loaded"
+    VERSION_MISMATCH = "version_mismatch"
+    GPU_LOST = "gpu_lost"
+    NO_PERMISSION = "no_permission"
+    TIMEOUT = "timeout"
+    UNKNOWN = "unknown"
+
+
 class NvmlError(ClusterjobError):
-    """NVML could not give an inventory: ``kind`` is one of the stable outcome names below."""
+    """NVML could not give an inventory; ``kind`` says why (see NvmlErrorKind)."""
 
-    KINDS = (
-        "library_not_found",
-        "driver_not_loaded",
-        "version_mismatch",
-        "gpu_lost",
-        "no_permission",
-        "timeout",
-        "unknown",
-    )
-
-    def __init__(self, kind: str, message: str) -> None:
-        assert kind in self.KINDS, kind
-        self.kind = kind
+    def __init__(self, kind: NvmlErrorKind, message: str) -> None:
+        self.kind = NvmlErrorKind(kind)  # a name outside the enum is a ValueError here
         super().__init__(message)
 
 
@@ -101,24 +117,29 @@ class RegistryError(ClusterjobError):
     """The local job registry is unreadable or corrupt; the message says how to recover."""
 
 
+class RegistryCorrupt(RegistryError):
+    """The registry file itself is damaged (not merely locked or not permitted): only such a
+    file is moved aside by ``clusterjob status --repair``."""
+
+
 # The one mapping from error class to exit code. Order matters: first match wins,
 # so subclasses come before their bases.
-_EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
-    (ConfigError, 2),
-    (UsageError, 2),
-    (SiteNotFound, 2),
-    (PreflightFailed, 1),
-    (SlurmUnavailable, 4),
-    (SlurmError, 3),
-    (NvmlError, 5),
-    (RegistryError, 6),
-    (ClusterjobError, 1),
+_EXIT_CODES: tuple[tuple[type[BaseException], ExitCode], ...] = (
+    (ConfigError, ExitCode.USAGE),
+    (UsageError, ExitCode.USAGE),
+    (SiteNotFound, ExitCode.USAGE),
+    (PreflightFailed, ExitCode.FAILURE),
+    (SlurmUnavailable, ExitCode.SLURM_UNAVAILABLE),
+    (SlurmError, ExitCode.SLURM),
+    (NvmlError, ExitCode.NVML),
+    (RegistryError, ExitCode.REGISTRY),
+    (ClusterjobError, ExitCode.FAILURE),
 )
 
 
-def exit_code(exc: BaseException) -> int:
-    """Exit code for an exception; anything that is not ours is an internal error (70)."""
+def exit_code(exc: BaseException) -> ExitCode:
+    """Exit code for an exception; anything that is not ours is an internal error."""
     for cls, code in _EXIT_CODES:
         if isinstance(exc, cls):
             return code
-    return 70  # EX_SOFTWARE: a bug in clusterjob
+    return ExitCode.INTERNAL

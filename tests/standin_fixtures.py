@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import clusterjob
-from clusterjob.errors import NvmlError
+from clusterjob.errors import NvmlError, NvmlErrorKind
 from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
 from clusterjob.sandbox.standin import (
     StandinScenario,
@@ -93,7 +93,7 @@ from clusterjob.gpu.inventory import read_inventory
 try:
     inv = read_inventory(timeout={timeout!r})
 except NvmlError as exc:
-    print(json.dumps({{"error": {{"kind": exc.kind, "message": str(exc)}}}}))
+    print(json.dumps({{"error": {{"kind": exc.kind.value, "message": str(exc)}}}}))
 else:
     print(json.dumps({{"inventory": dataclasses.asdict(inv)}}))
 """
@@ -114,7 +114,7 @@ def inventory_in_child(
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout.strip().splitlines()[-1])
     if "error" in data:
-        return NvmlError(data["error"]["kind"], data["error"]["message"])
+        return NvmlError(NvmlErrorKind(data["error"]["kind"]), data["error"]["message"])
     inv = data["inventory"]
     gpus = []
     for g in inv["gpus"]:

@@ -136,7 +136,7 @@ def test_the_rule_is_read_from_real_imports(tmp_path: Path) -> None:
         "from clusterjob import errors\n"
         "def f():\n"
         "    from clusterjob.site.model import Site\n"
-        "    from ..jobs import lifecycle\n"
+        "    from ..jobs import status\n"
         "import clusterjob.cli\n"
     )
     global PACKAGE

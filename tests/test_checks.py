@@ -1,4 +1,4 @@
-"""Table-driven tests of the pure preflight checks (clusterjob.node.checks).
+"""Table-driven tests of the pure preflight checks (the clusterjob.node.checks package).
 
 Inventories here are built by hand: these are unit tests of the comparison logic. The same
 scenarios run end to end over pynvml and the stand-in NVML library in test_hooks_nvml.py.
@@ -6,13 +6,17 @@ scenarios run end to end over pynvml and the stand-in NVML library in test_hooks
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
 from clusterjob.gpu.inventory import Gpu, GpuInventory
+from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.node.allocation import Allocation, Context, allocation_from_env
-from clusterjob.node.checks import CHECK_IDS, PreflightReport, model_of, run_checks
+from clusterjob.node.checks import CHECK_IDS, REGISTRY, Facts, Need, PreflightReport, run_checks
+from clusterjob.node.checks.findings import Severity
+from clusterjob.node.checks.registry import Observation, Registry, Stage
 from clusterjob.node.report import render_table, summary_line
 from clusterjob.site.model import NodeGpu
 
@@ -51,67 +55,67 @@ def alloc(*s: int) -> Allocation:
 MIXED_MAP = slots("A100", "A100", "V100", "V100")
 MIXED_INV = inv(gpu(0, A100), gpu(1, A100), gpu(2, V100), gpu(3, V100))
 
-# name -> (kwargs for run_checks, expected [(check_id, severity, slot)])
+# name -> (Facts fields, expected [(check_id, severity, slot)])
 CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = {
-    "good mixed A100+V100 node": (dict(expected=MIXED_MAP, inventory=MIXED_INV), []),
+    "good mixed A100+V100 node": (dict(node_map=MIXED_MAP, inventory=MIXED_INV), []),
     "good node, job given both models, PCI order": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=MIXED_INV,
             allocation=alloc(1, 2),
-            check_cuda_order=True,
+            context=Context.JOB,
             cuda_device_order="PCI_BUS_ID",
         ),
         [],
     ),
     "two GPUs swapped": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(gpu(0, A100), gpu(1, V100), gpu(2, A100), gpu(3, V100)),
         ),
         [("model-mismatch", "error", 1), ("model-mismatch", "error", 2)],
     ),
     "two GPUs swapped, map without bus IDs": (
         dict(
-            expected=slots("A100", "A100", "V100", "V100", bus_ids=False),
+            node_map=slots("A100", "A100", "V100", "V100", bus_ids=False),
             inventory=inv(gpu(0, A100), gpu(1, V100), gpu(2, A100), gpu(3, V100)),
         ),
         [("model-mismatch", "error", 1), ("model-mismatch", "error", 2)],
     ),
     "one GPU missing": (
-        dict(expected=MIXED_MAP, inventory=inv(gpu(0, A100), gpu(1, A100), gpu(3, V100))),
+        dict(node_map=MIXED_MAP, inventory=inv(gpu(0, A100), gpu(1, A100), gpu(3, V100))),
         [("gpu-count", "error", None), ("gpu-missing", "error", 2)],
     ),
     "extra GPU not in the map": (
         dict(
-            expected=slots("A100", "A100"),
+            node_map=slots("A100", "A100"),
             inventory=inv(gpu(0, A100), gpu(1, A100), gpu(2, V100)),
         ),
         [("gpu-count", "error", None), ("gpu-extra", "error", None)],
     ),
     "wrong model allocated": (
-        dict(expected=MIXED_MAP, inventory=MIXED_INV, allocation=alloc(2), expect_model="A100"),
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, allocation=alloc(2), expect_model="A100"),
         [("alloc-model", "error", 2)],
     ),
     "requested model matched case-insensitively": (
-        dict(expected=MIXED_MAP, inventory=MIXED_INV, allocation=alloc(0), expect_model="a100"),
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, allocation=alloc(0), expect_model="a100"),
         [],
     ),
     "fewer GPUs allocated than asked": (
-        dict(expected=MIXED_MAP, inventory=MIXED_INV, allocation=alloc(0), expect_count=2),
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, allocation=alloc(0), expect_count=2),
         [("alloc-count", "error", None)],
     ),
     "GPUs asked, none in the environment": (
-        dict(expected=MIXED_MAP, inventory=MIXED_INV, allocation=None, expect_count=1),
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, allocation=None, expect_count=1),
         [("alloc-count", "error", None)],
     ),
     "allocated index beyond the node": (
-        dict(expected=MIXED_MAP, inventory=MIXED_INV, allocation=alloc(0, 5)),
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, allocation=alloc(0, 5)),
         [("alloc-slot", "error", None)],
     ),
     "minor != index, GPU not given to the job": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100),
                 replace(gpu(1, A100), minor=2),
@@ -124,7 +128,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "minor != index, GPU given to the job": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100),
                 replace(gpu(1, A100), minor=2),
@@ -137,7 +141,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "GPU lost": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100), gpu(1, A100), replace(gpu(2, V100), lost=True), gpu(3, V100)
             ),
@@ -147,7 +151,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "uncorrectable ECC on an allocated GPU": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100, ecc_uncorrectable_volatile=3), gpu(1, A100), gpu(2, V100), gpu(3, V100)
             ),
@@ -157,7 +161,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "uncorrectable ECC on a GPU of another job": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100, ecc_uncorrectable_volatile=3), gpu(1, A100), gpu(2, V100), gpu(3, V100)
             ),
@@ -167,7 +171,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "uncorrectable ECC, allocation unknown": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100, ecc_uncorrectable_volatile=1), gpu(1, A100), gpu(2, V100), gpu(3, V100)
             ),
@@ -176,7 +180,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "row remap pending and failed": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100, remapped_rows_pending=True),
                 gpu(1, A100),
@@ -189,7 +193,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "8-GPU H100 node, all good, job given 8": (
         dict(
-            expected=tuple(NodeGpu(i, "H100", f"0000:{0x18 + 16 * i:02x}:00.0") for i in range(8)),
+            node_map=tuple(NodeGpu(i, "H100", f"0000:{0x18 + 16 * i:02x}:00.0") for i in range(8)),
             inventory=inv(*(gpu(i, H100, f"0000:{0x18 + 16 * i:02x}:00.0") for i in range(8))),
             allocation=alloc(*range(8)),
             expect_model="H100",
@@ -199,7 +203,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "8-GPU H100 node, NVML index order differs from bus order": (
         dict(
-            expected=tuple(NodeGpu(i, "H100", f"0000:{0x18 + 16 * i:02x}:00.0") for i in range(8)),
+            node_map=tuple(NodeGpu(i, "H100", f"0000:{0x18 + 16 * i:02x}:00.0") for i in range(8)),
             inventory=inv(
                 *(
                     gpu(
@@ -216,7 +220,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "MIG change pending": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100, mig_current=False, mig_pending=True),
                 gpu(1, A100),
@@ -229,7 +233,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "MIG enabled and settled is not a finding": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100, mig_current=True, mig_pending=True),
                 gpu(1, A100),
@@ -242,55 +246,55 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
     ),
     "cuda-order: mixed allocation, order unset": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=MIXED_INV,
             allocation=alloc(1, 2),
-            check_cuda_order=True,
+            context=Context.JOB,
             cuda_device_order=None,
         ),
         [("cuda-order", "error", None)],
     ),
     "cuda-order: mixed allocation, FASTEST_FIRST": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=MIXED_INV,
             allocation=alloc(1, 2),
-            check_cuda_order=True,
+            context=Context.JOB,
             cuda_device_order="FASTEST_FIRST",
         ),
         [("cuda-order", "error", None)],
     ),
     "cuda-order: one model allocated on a mixed node": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=MIXED_INV,
             allocation=alloc(2, 3),
-            check_cuda_order=True,
+            context=Context.JOB,
             cuda_device_order=None,
         ),
         [],
     ),
     "cuda-order not checked in the Prolog": (
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=MIXED_INV,
             allocation=alloc(1, 2),
-            check_cuda_order=False,
+            context=Context.PROLOG,
             cuda_device_order=None,
         ),
         [],
     ),
     "node not in the map": (
-        dict(expected=None, inventory=MIXED_INV, allocation=alloc(2), expect_model="A100"),
+        dict(node_map=None, inventory=MIXED_INV, allocation=alloc(2), expect_model="A100"),
         [("node-unmapped", "warning", None), ("alloc-model", "error", 2)],
     ),
     "GPU of no site model": (
-        dict(expected=slots("A100"), inventory=inv(gpu(0, "NVIDIA GeForce RTX 4090"))),
+        dict(node_map=slots("A100"), inventory=inv(gpu(0, "NVIDIA GeForce RTX 4090"))),
         [("model-mismatch", "error", 0)],
     ),
     "board replaced (UUID differs)": (
         dict(
-            expected=(NodeGpu(0, "A100", BUSES[0], "GPU-old"),),
+            node_map=(NodeGpu(0, "A100", BUSES[0], "GPU-old"),),
             inventory=inv(gpu(0, A100)),
         ),
         [("gpu-uuid", "warning", 0)],
@@ -301,7 +305,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
 def check(kw: dict[str, object]) -> PreflightReport:
     args: dict[str, object] = dict(node="gpu2", models=MODELS)
     args.update(kw)
-    return run_checks(**args)  # type: ignore[arg-type]
+    return run_checks(Facts(**args))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -355,7 +359,7 @@ def test_uuid_allocation_resolved_against_inventory() -> None:
     a = allocation_from_env({"CUDA_VISIBLE_DEVICES": "GPU-00000002-aaaa"}, Context.JOB)
     report = check(
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=MIXED_INV,
             allocation=a,
             expect_model="A100",
@@ -368,20 +372,20 @@ def test_uuid_allocation_resolved_against_inventory() -> None:
 
 def test_unknown_uuid_is_an_error() -> None:
     a = allocation_from_env({"CUDA_VISIBLE_DEVICES": "GPU-deadbeef"}, Context.JOB)
-    report = check(dict(expected=MIXED_MAP, inventory=MIXED_INV, allocation=a))
+    report = check(dict(node_map=MIXED_MAP, inventory=MIXED_INV, allocation=a))
     assert [f.check_id for f in report.errors] == ["alloc-slot"]
 
 
-def test_model_of_is_exact_and_case_insensitive() -> None:
-    assert model_of("tesla v100-sxm2-32gb", MODELS) == "V100"
-    assert model_of("Tesla V100-SXM2-16GB", MODELS) is None
-    assert model_of(None, MODELS) is None
+def test_model_for_nvml_name_is_exact_and_case_insensitive() -> None:
+    assert model_for_nvml_name("tesla v100-sxm2-32gb", MODELS) == "V100"
+    assert model_for_nvml_name("Tesla V100-SXM2-16GB", MODELS) is None
+    assert model_for_nvml_name(None, MODELS) is None
 
 
 def test_table_render() -> None:
     report = check(
         dict(
-            expected=MIXED_MAP,
+            node_map=MIXED_MAP,
             inventory=inv(gpu(0, A100), gpu(1, V100), gpu(2, A100), gpu(3, V100)),
             allocation=alloc(1),
         )
@@ -401,5 +405,71 @@ def test_table_render() -> None:
 
 
 def test_summary_line_ok() -> None:
-    report = check(dict(expected=MIXED_MAP, inventory=MIXED_INV))
+    report = check(dict(node_map=MIXED_MAP, inventory=MIXED_INV))
     assert summary_line(report) == "preflight gpu2: OK (4 GPU slot(s))"
+
+
+# -- the registry ----------------------------------------------------------------------------
+
+# The check ids log readers rely on: renaming or dropping one is a breaking change.
+DOCUMENTED_IDS = {
+    "node-unmapped",
+    "gpu-count",
+    "gpu-missing",
+    "gpu-extra",
+    "model-mismatch",
+    "gpu-uuid",
+    "gres-index",
+    "alloc-slot",
+    "alloc-model",
+    "alloc-count",
+    "alloc-env",
+    "cuda-order",
+    "gpu-lost",
+    "ecc-uncorrectable",
+    "row-remap-pending",
+    "row-remap-failure",
+    "mig-pending",
+}
+RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
+
+
+def test_registry_ids_are_the_documented_ids_and_each_check_has_a_severity() -> None:
+    assert len(CHECK_IDS) == len(set(CHECK_IDS))
+    assert set(CHECK_IDS) == DOCUMENTED_IDS
+    for c in REGISTRY.checks:
+        assert isinstance(c.severity, Severity), c
+        assert isinstance(c.stage, Stage) and c.needs <= set(Need), c
+    stages = [c.stage for c in REGISTRY.checks]
+    assert stages == sorted(stages)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_findings_never_exceed_their_checks_severity(name: str) -> None:
+    worst = {}
+    for c in REGISTRY.checks:
+        worst[c.id] = max(RANK[c.severity], worst.get(c.id, 0))
+    for f in check(CASES[name][0]).findings:
+        assert RANK[f.severity] <= worst[f.check_id], f
+
+
+def test_a_new_check_is_one_registered_function() -> None:
+    registry = Registry()
+
+    @registry.check("fan-speed", Severity.WARNING, stage=Stage.HEALTH)
+    def fan_speed(facts: Facts, gpu: object) -> Iterator[Observation]:
+        yield Observation(f"{facts.node}: {getattr(gpu, 'bus_id', '?')}: fan slow", found="slow")
+
+    @registry.check("wants-count", Severity.ERROR, stage=Stage.MAP, needs={Need.EXPECT_COUNT})
+    def wants_count(facts: Facts) -> Iterator[Observation]:
+        yield Observation(f"{facts.node}: never without expect_count")
+
+    report = run_checks(
+        Facts(node="gpu2", node_map=MIXED_MAP, models=MODELS, inventory=MIXED_INV),
+        registry,
+    )
+    assert registry.ids == ("wants-count", "fan-speed")
+    assert [(f.check_id, f.severity, f.message) for f in report.findings] == [
+        ("fan-speed", Severity.WARNING, f"gpu2: {bus}: fan slow") for bus in BUSES
+    ]
+    assert [r.status for r in report.rows] == ["ok"] * 4  # no slot named: the rows stay ok

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from clusterjob.errors import UntrustedConfig
-from clusterjob.node.hooks import check_trusted
+from clusterjob.node.trust import check_trusted
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -243,6 +243,11 @@ def test_task_prolog_uuid_without_nvml_warns_and_passes(tmp_path: Path) -> None:
 # -- stdlib only on the hook path --------------------------------------------------------
 
 FORBIDDEN = ("typer", "click", "rich", "jinja2", "ruamel", "hostlist")
+# Loaded by the hooks and neither the standard library nor clusterjob: a new dependency.
+NOT_STDLIB = (
+    "sorted(m for m in set(sys.modules) - before if m.split('.')[0] not in "
+    "sys.stdlib_module_names | {'clusterjob'})"
+)
 
 
 def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
@@ -250,11 +255,12 @@ def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
     os.chown(site, NOBODY, -1)  # the prolog stops at the trust check: no config parsing here
     code = (
         "import sys\n"
+        "before = set(sys.modules)\n"
         "from clusterjob.__main__ import main\n"
         "main(['task-prolog'])\n"
         f"main(['prolog', '--site', {str(site)!r}, '--log', {str(tmp_path / 'l')!r}])\n"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
-        "print('LOADED', bad)\n"
+        f"print('LOADED', bad, {NOT_STDLIB})\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -264,7 +270,7 @@ def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
-    assert done.stdout.splitlines()[-1] == "LOADED []", done.stderr
+    assert done.stdout.splitlines()[-1] == "LOADED [] []", done.stderr
 
 
 def test_prolog_hung_config_read_ends_at_deadline(conf_dir: Path, tmp_path: Path) -> None:

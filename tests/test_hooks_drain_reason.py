@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob.node import hooks
+from clusterjob.node import drain
+from clusterjob.node.prolog import PrologRun
 
 
 def _fake_scontrol(tmp_path: Path, reason: str) -> tuple[Path, Path]:
@@ -37,7 +38,7 @@ def test_replaces_slurms_prolog_error_reason(tmp_path: Path) -> None:
     scontrol, calls = _fake_scontrol(tmp_path, "Prolog error")
     started = time.monotonic()
     reason = "clusterjob: model-mismatch: slot 0"
-    hooks.set_drain_reason_later("gpu3", reason, scontrol=str(scontrol))
+    drain.set_drain_reason_later("gpu3", reason, scontrol=str(scontrol))
     assert time.monotonic() - started < 1.0  # the Prolog does not wait for it
     got = _wait_for(calls, 2)
     assert got == [
@@ -47,9 +48,9 @@ def test_replaces_slurms_prolog_error_reason(tmp_path: Path) -> None:
 
 
 def test_leaves_an_admins_reason_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hooks, "DRAIN_REASON_WAIT_S", 2.5)
+    monkeypatch.setattr(drain, "DRAIN_REASON_WAIT_S", 2.5)
     scontrol, calls = _fake_scontrol(tmp_path, "bad fan, ticket 1234")
-    hooks.set_drain_reason_later("gpu3", "clusterjob: gpu-missing", scontrol=str(scontrol))
+    drain.set_drain_reason_later("gpu3", "clusterjob: gpu-missing", scontrol=str(scontrol))
     time.sleep(4)
     got = calls.read_text().splitlines()
     assert got and all(line == "show node -o gpu3" for line in got)
@@ -58,8 +59,8 @@ def test_leaves_an_admins_reason_alone(tmp_path: Path, monkeypatch: pytest.Monke
 def test_only_under_slurmd(monkeypatch: pytest.MonkeyPatch) -> None:
     """By hand (no SLURM_SCRIPT_CONTEXT=prolog_slurmd) the Prolog never touches Slurm."""
     called: list[tuple[str, str]] = []
-    monkeypatch.setattr(hooks, "set_drain_reason_later", lambda n, r: called.append((n, r)))
+    monkeypatch.setattr(drain, "set_drain_reason_later", lambda n, r: called.append((n, r)))
     for under_slurmd in (False, True):
-        run = hooks._PrologRun("gpu3", None, None, None, under_slurmd=under_slurmd)
+        run = PrologRun("gpu3", None, None, None, under_slurmd=under_slurmd)
         run.leave_drain_reason("gpu-missing: slot 3")
     assert called == [("gpu3", "clusterjob: gpu-missing: slot 3")]

@@ -12,15 +12,22 @@ from slurm_fake import FakeSlurm
 
 from clusterjob import resources
 from clusterjob.cli import run
-from clusterjob.errors import UsageError
-from clusterjob.jobs import lifecycle as jobs
+from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
+from clusterjob.jobs import status as job_status
+from clusterjob.jobs.cancel import cancel
+from clusterjob.jobs.explain import explain, sbatch_hint, sbatch_hints, with_sbatch_hint
+from clusterjob.jobs.logs import follow, output_path
 from clusterjob.jobs.registry import JobRecord, Registry
+from clusterjob.jobs.status import CACHE_FILE, DEFAULT_CACHE_SECONDS, StatusCache, status
+from clusterjob.jobs.submit import Submitted, TestOnlyResult, resubmit, submit
 from clusterjob.jobscript.render import render
 from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.loader import load_site
+from clusterjob.site.model import Site
 from clusterjob.slurm import parse
 
 TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")
+SLURM_FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 
 
 @pytest.fixture
@@ -70,7 +77,7 @@ def populate(n: int) -> tuple[FakeSlurm, Registry]:
 @pytest.mark.parametrize("n", [1, 3, 100, 1000])
 def test_status_is_at_most_two_slurm_calls_whatever_the_number_of_jobs(data, n: int) -> None:
     slurm, registry = populate(n)
-    rows = jobs.status(client=slurm.client(), registry=registry)
+    rows = status(client=slurm.client(), registry=registry)
     assert len(rows) == n
     assert len(slurm.calls) <= 2
     assert len(slurm.commands("squeue")) == 1
@@ -86,19 +93,19 @@ def test_status_is_at_most_two_slurm_calls_whatever_the_number_of_jobs(data, n: 
 def test_ten_status_calls_in_a_few_seconds_cost_two_slurm_calls(data) -> None:
     slurm, registry = populate(30)
     for _ in range(10):  # each like a separate invocation: new client, registry and cache
-        jobs.status(client=slurm.client(), registry=Registry(), cache=jobs.StatusCache())
+        status(client=slurm.client(), registry=Registry(), cache=StatusCache())
     assert len(slurm.calls) == 2
-    later = time.time() + jobs.DEFAULT_CACHE_SECONDS + 1
-    jobs.status(client=slurm.client(), registry=Registry(), now=later)
+    later = time.time() + DEFAULT_CACHE_SECONDS + 1
+    status(client=slurm.client(), registry=Registry(), now=later)
     assert len(slurm.calls) == 3  # cache expired: one squeue (the ended ones are recorded)
 
 
 def test_ended_jobs_are_served_from_the_registry_without_slurm(data) -> None:
     slurm, registry = populate(9)
-    jobs.status(client=slurm.client(), registry=registry, cache=jobs.StatusCache(ttl=0))
+    status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
     calls = len(slurm.calls)
     # the third that ended is now recorded as FAILED: only the others are asked about
-    jobs.status(client=slurm.client(), registry=registry, cache=jobs.StatusCache(ttl=0))
+    status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
     asked = slurm.commands("squeue")[-1]
     ids = next(a for a in asked if a.startswith("--jobs=")).split("=", 1)[1].split(",")
     assert len(ids) == 6
@@ -110,9 +117,9 @@ def test_squeue_exit_code_comes_from_sacct_and_cache_is_shared(data) -> None:
     registry = Registry()
     done = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="2:0")
     track(registry, slurm, done)
-    (row,) = jobs.status(client=slurm.client(), registry=registry)
+    (row,) = status(client=slurm.client(), registry=registry)
     assert (row.state, row.exit_code, row.source) == ("FAILED", 2, "sacct")
-    assert json.loads((data / jobs.CACHE_FILE).read_text())["squeue"]["ids"] == [done]
+    assert json.loads((data / CACHE_FILE).read_text())["squeue"]["ids"] == [done]
 
 
 @pytest.mark.parametrize(("state", "code"), [("COMPLETED", 0), ("FAILED", 3)])
@@ -126,10 +133,10 @@ def test_an_end_sacct_has_not_recorded_yet_carries_scontrols_exit_code(
     job_id = slurm.add_job(state=state, reason="None", exit_code=f"{code}:0")
     slurm.unrecorded_end.add(job_id)
     track(registry, slurm, job_id)
-    (row,) = jobs.status(client=slurm.client(), registry=registry)
+    (row,) = status(client=slurm.client(), registry=registry)
     assert (row.state, row.exit_code, row.source) == (state, code, "squeue")
     assert registry.get(job_id).exit_code == code
-    (untracked,) = jobs.status([job_id], client=slurm.client(), registry=Registry(data / "o.db"))
+    (untracked,) = status([job_id], client=slurm.client(), registry=Registry(data / "o.db"))
     assert (untracked.state, untracked.exit_code) == (state, code)
 
 
@@ -140,11 +147,11 @@ def test_an_end_known_to_nobody_but_squeue_is_not_recorded_without_its_code(data
     slurm.unrecorded_end.add(job_id)
     track(registry, slurm, job_id)
     slurm.forgotten_by_scontrol.add(job_id)
-    (row,) = jobs.status(client=slurm.client(), registry=registry)
+    (row,) = status(client=slurm.client(), registry=registry)
     assert (row.state, row.exit_code) == ("COMPLETED", None)
     assert not parse.is_final(registry.get(job_id).state)  # asked again next time
     slurm.unrecorded_end.clear()
-    (row,) = jobs.status(client=slurm.client(), registry=registry, cache=jobs.StatusCache(ttl=0))
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
     assert (row.state, row.exit_code, row.source) == ("COMPLETED", 0, "sacct")
 
 
@@ -156,7 +163,7 @@ def test_another_clusters_job_with_the_same_id_is_not_mistaken(data) -> None:
     registry.add(
         JobRecord(job_id, "elsewhere", "s", "tok-else", "x", "#!", "", "", "", None, time.time())
     )
-    rows = jobs.status(client=slurm.client(), registry=registry)
+    rows = status(client=slurm.client(), registry=registry)
     states = sorted((r.cluster, r.state) for r in rows)
     assert states == [("elsewhere", "UNKNOWN"), ("here", "RUNNING")]
 
@@ -167,7 +174,7 @@ def test_forgotten_job_without_accounting_is_unknown_with_the_reason(data) -> No
     job_id = slurm.add_job(state="COMPLETED", reason="None")
     slurm.forgotten.add(job_id)
     track(registry, slurm, job_id)
-    (row,) = jobs.status(client=slurm.client(), registry=registry)
+    (row,) = status(client=slurm.client(), registry=registry)
     assert row.state == "UNKNOWN"
     assert "accounting is off" in row.explanation
     assert len(slurm.calls) == 2
@@ -179,11 +186,11 @@ def test_status_of_an_untracked_job_and_last(data) -> None:
     other = slurm.add_job(state="RUNNING", reason="None", name="not-ours")
     mine = slurm.add_job(state="PENDING", reason="QOSMaxGRESPerUser")
     track(registry, slurm, mine)
-    rows = jobs.status([other, "last"], client=slurm.client(), registry=registry)
+    rows = status([other, "last"], client=slurm.client(), registry=registry)
     assert [(r.job_id, r.site) for r in rows] == [(mine, "mllab"), (other, "")]
     assert "as many GPUs as your QOS allows" in rows[0].explanation
     with pytest.raises(UsageError, match="does not know"):
-        jobs.status(["777777"], client=slurm.client(), registry=registry)
+        status(["777777"], client=slurm.client(), registry=registry)
 
 
 @pytest.mark.parametrize(
@@ -206,9 +213,62 @@ def test_status_of_an_untracked_job_and_last(data) -> None:
     ],
 )
 def test_pending_reasons_in_gpu_terms(state: str, reason: str | None, words: str) -> None:
-    text = jobs.explain(state, reason, "42")
+    text = explain(state, reason, "42")
     assert words in text
     assert bool(text) is bool(words)
+
+
+# --- sbatch errors in the site's own words ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mllab() -> Site:
+    return load_site(resources.site_configs_dir() / "mllab.yaml")
+
+
+@pytest.mark.parametrize(
+    ("fixture", "words"),
+    [
+        ("sbatch_err_invalid_gres.stderr.txt", ["a100 (A100)", "v100 (V100)", "--model"]),
+        ("sbatch_err_bad_gres_type.stderr.txt", ["a100 (A100)", "can ever satisfy"]),
+        ("sbatch_err_partition.stderr.txt", ["gpu (default)", "debug"]),
+        ("sbatch_err_missing_script.stderr.txt", ["missing or unreadable"]),
+    ],
+)
+def test_recorded_sbatch_errors_get_site_hints(fixture: str, words: list[str], mllab) -> None:
+    error = SlurmError(["sbatch"], 1, (SLURM_FIXTURES / fixture).read_text())
+    hinted = with_sbatch_hint(error, mllab)
+    for word in words:
+        assert word in str(hinted)
+    assert str(hinted).count("\n") == 0  # one line
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        ("You must always specify a type for GPU requests", ["--model", "a100 (A100)"]),
+        ("Invalid account or account/partition combination specified", ["sacctmgr"]),
+        ("Invalid qos specification", ["sacctmgr"]),
+        ("Requested time limit is invalid (missing or exceeds some limit)", ["gpu: 3-00:00:00"]),
+        ("something else entirely", []),
+    ],
+)
+def test_sbatch_hints(message: str, words: list[str], mllab: Site) -> None:
+    hint = sbatch_hint(message, mllab)
+    assert all(w in hint for w in words)
+    assert bool(hint) is bool(words)
+
+
+def test_sbatch_hint_without_a_site_is_generic() -> None:
+    assert "sinfo" in sbatch_hint("Invalid partition name specified", None)
+
+
+def test_an_error_that_says_what_to_do_keeps_its_hint(mllab: Site) -> None:
+    """The Slurm layer's own account of an unfinished submission (may a job exist?) stays."""
+    error = SlurmUnavailable(["sbatch"], None, "sbatch: error: Invalid partition", hint="look")
+    with pytest.raises(SlurmUnavailable) as info, sbatch_hints(mllab):
+        raise error
+    assert info.value is error
 
 
 # --- submit / resubmit / cancel / logs, with the real site, request and render -------------
@@ -232,7 +292,7 @@ def test_submit_writes_the_script_records_and_returns_the_id(data, tmp_path, mll
         check=True,
     )  # fmt: skip
     slurm = FakeSlurm(cluster="mllab")
-    result = jobs.submit(
+    result = submit(
         site,
         resolved,
         rendered,
@@ -240,7 +300,7 @@ def test_submit_writes_the_script_records_and_returns_the_id(data, tmp_path, mll
         workdir=work,
         command_line=["clusterjob", "submit", "--gpus", "2", "train.py"],
     )
-    assert isinstance(result, jobs.Submitted)
+    assert isinstance(result, Submitted)
     assert f"Submitted job {result.job_id}" in str(result)
     record = Registry().get("last")
     assert record is not None
@@ -258,8 +318,8 @@ def test_submit_writes_the_script_records_and_returns_the_id(data, tmp_path, mll
 def test_submit_test_only_records_nothing(data, tmp_path, mllab_job) -> None:
     site, resolved, rendered = mllab_job
     slurm = FakeSlurm()
-    result = jobs.submit(site, resolved, rendered, test_only=True, client=slurm.client())
-    assert isinstance(result, jobs.TestOnlyResult)
+    result = submit(site, resolved, rendered, test_only=True, client=slurm.client())
+    assert isinstance(result, TestOnlyResult)
     assert "Nothing was submitted" in str(result) and "gpu1" in str(result)
     assert Registry().all() == [] and slurm.jobs == {}
     assert list((data / "scripts").iterdir()) == []
@@ -269,14 +329,30 @@ def test_submit_refuses_a_script_without_its_token(data, mllab_job) -> None:
     site, resolved, rendered = mllab_job
     broken = type(rendered)(rendered.script.replace("--comment", "--x"), [], rendered.token)
     with pytest.raises(UsageError, match="--comment=clusterjob:"):
-        jobs.submit(site, resolved, broken, client=FakeSlurm().client())
+        submit(site, resolved, broken, client=FakeSlurm().client())
+
+
+def test_a_refused_submission_names_the_sites_partitions_and_records_nothing(
+    data, mllab_job
+) -> None:
+    site, resolved, rendered = mllab_job
+    slurm = FakeSlurm()
+    slurm.sbatch_plan = [(SLURM_FIXTURES / "sbatch_err_partition.stderr.txt").read_text()]
+    with pytest.raises(SlurmError) as info:
+        submit(site, resolved, rendered, client=slurm.client())
+    assert not isinstance(info.value, SlurmTransientError)
+    message = str(info.value)
+    assert "Invalid partition name specified" in message
+    assert "gpu (default)" in message and "debug" in message
+    assert len(slurm.calls) == 1
+    assert Registry().all() == []
 
 
 def test_resubmit_uses_a_fresh_token_and_the_original_directory(data, mllab_job) -> None:
     site, resolved, rendered = mllab_job
     slurm = FakeSlurm()
-    first = jobs.submit(site, resolved, rendered, client=slurm.client(), workdir="/tmp")
-    again = jobs.resubmit("last", client=slurm.client())
+    first = submit(site, resolved, rendered, client=slurm.client(), workdir="/tmp")
+    again = resubmit("last", client=slurm.client())
     assert again.job_id != first.job_id
     new = Registry().get(again.job_id)
     assert new is not None
@@ -285,19 +361,19 @@ def test_resubmit_uses_a_fresh_token_and_the_original_directory(data, mllab_job)
     assert f"clusterjob:{new.token}" in new.script
     assert slurm.commands("sbatch")[-1][2] == "--chdir=/tmp"
     with pytest.raises(UsageError, match="not in the registry"):
-        jobs.resubmit("999999", client=slurm.client())
+        resubmit("999999", client=slurm.client())
 
 
 def test_cancel_is_one_scancel_and_clears_the_cache(data) -> None:
     slurm, registry = populate(3)
-    jobs.status(client=slurm.client(), registry=registry)
+    status(client=slurm.client(), registry=registry)
     ids = list(slurm.jobs)[:2]
-    assert jobs.cancel([ids[0], "last"], client=slurm.client(), registry=registry) == [
+    assert cancel([ids[0], "last"], client=slurm.client(), registry=registry) == [
         ids[0],
         list(slurm.jobs)[-1],
     ]
     assert len(slurm.commands("scancel")) == 1
-    assert not (data / jobs.CACHE_FILE).exists()
+    assert not (data / CACHE_FILE).exists()
 
 
 def test_output_path_from_scontrol_then_registry_then_default(data) -> None:
@@ -305,16 +381,14 @@ def test_output_path_from_scontrol_then_registry_then_default(data) -> None:
     registry = Registry()
     job_id = slurm.add_job(state="RUNNING", reason="None", stdout="/logs/%j.out")
     track(registry, slurm, job_id)
-    assert jobs.output_path(job_id, client=slurm.client()) == Path(f"/logs/{job_id}.out")
-    jobs.status(client=slurm.client(), registry=registry)  # records the expanded path
+    assert output_path(job_id, client=slurm.client()) == Path(f"/logs/{job_id}.out")
+    status(client=slurm.client(), registry=registry)  # records the expanded path
     slurm.forgotten.add(job_id)
-    assert jobs.output_path("last", client=slurm.client()) == Path(f"/logs/{job_id}.out")
+    assert output_path("last", client=slurm.client()) == Path(f"/logs/{job_id}.out")
     other = slurm.add_job(state="COMPLETED", reason="None")
     track(registry, slurm, other)
     slurm.forgotten.add(other)
-    assert jobs.output_path(other, client=slurm.client()) == Path(
-        f"/home/ana/run/slurm-{other}.out"
-    )
+    assert output_path(other, client=slurm.client()) == Path(f"/home/ana/run/slurm-{other}.out")
 
 
 def test_follow_prints_appended_output_until_the_job_ends(tmp_path: Path) -> None:
@@ -333,16 +407,14 @@ def test_follow_prints_appended_output_until_the_job_ends(tmp_path: Path) -> Non
                 f.write(text)
 
     chunks = list(
-        jobs.follow(
-            log, finished=lambda: bool(ended), sleep=sleep, clock=lambda: now[0], check_every=1
-        )
+        follow(log, finished=lambda: bool(ended), sleep=sleep, clock=lambda: now[0], check_every=1)
     )
     assert "".join(chunks) == "step 1\nstep 2\n"
 
 
 def test_cli_status_json_and_table(data, capsys, monkeypatch) -> None:
     slurm, registry = populate(3)
-    monkeypatch.setattr(jobs, "SlurmClient", slurm.client)
+    monkeypatch.setattr(job_status, "SlurmClient", slurm.client)
     assert run(["status", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["state"] for r in rows] == ["RUNNING", "PENDING", "FAILED"]

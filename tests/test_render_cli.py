@@ -123,11 +123,11 @@ def test_submission_goes_through_jobs_submit(
         return f"job 42 token {rendered.token}"
 
     try:
-        jobs = importlib.import_module("clusterjob.jobs.lifecycle")
+        jobs = importlib.import_module("clusterjob.jobs.submit")
     except ImportError:
-        jobs = types.ModuleType("clusterjob.jobs.lifecycle")
-        monkeypatch.setitem(sys.modules, "clusterjob.jobs.lifecycle", jobs)
-        monkeypatch.setattr(sys.modules["clusterjob"], "jobs", jobs, raising=False)
+        jobs = types.ModuleType("clusterjob.jobs.submit")
+        monkeypatch.setitem(sys.modules, "clusterjob.jobs.submit", jobs)
+        monkeypatch.setattr(sys.modules["clusterjob.jobs"], "submit", jobs, raising=False)
     monkeypatch.setattr(jobs, "submit", submit, raising=False)
     code, out, err = _submit(capsys, "--site", MLLAB, "--gpus", "2", "--model", "v100", TRAIN)
     assert (code, err) == (0, "")

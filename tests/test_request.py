@@ -14,10 +14,10 @@ import hostlist
 import pytest
 
 from clusterjob.errors import ConfigError, UsageError
-from clusterjob.jobscript.request import JobRequest, resolve, slurm_time_seconds
+from clusterjob.jobscript.request import JobRequest, resolve
+from clusterjob.site.gpu_syntax import syntax_named
 from clusterjob.site.model import (
     GpuModel,
-    GpuSyntax,
     NodeGpu,
     NodeMap,
     Partition,
@@ -43,7 +43,7 @@ def node_map(*spec: tuple[str, list[str]]) -> NodeMap:
 
 
 def make_site(
-    syntax: GpuSyntax = GpuSyntax.GRES,
+    syntax: str = "gres",
     *,
     type_required: bool = True,
     models: tuple[GpuModel, ...] = (A100, V100),
@@ -55,7 +55,7 @@ def make_site(
         name=name,
         cluster_name=name,
         source=Path(f"/etc/clusterjob/{name}.yaml"),
-        gpu_syntax=syntax,
+        gpu_syntax=syntax_named(syntax),
         type_required=type_required,
         models=models,
         partitions=(
@@ -81,14 +81,14 @@ def make_site(
     )
 
 
-GRES_SITE = make_site(GpuSyntax.GRES)
+GRES_SITE = make_site("gres")
 GRES_UNTYPED_SITE = make_site(
-    GpuSyntax.GRES,
+    "gres",
     type_required=False,
     models=(replace(A100, gres_type=None, constraint="a100"), replace(V100, gres_type=None)),
 )
 CONSTRAINT_SITE = make_site(
-    GpuSyntax.GRES_CONSTRAINT,
+    "gres+constraint",
     type_required=False,
     models=(
         replace(A100, gres_type=None, constraint="a100"),
@@ -96,18 +96,18 @@ CONSTRAINT_SITE = make_site(
     ),
 )
 CONSTRAINT_TYPED_SITE = make_site(
-    GpuSyntax.GRES_CONSTRAINT,
+    "gres+constraint",
     type_required=True,
     models=(replace(A100, constraint="a100"), replace(V100, constraint="v100")),
 )
 GPN_SITE = make_site(
-    GpuSyntax.GPUS_PER_NODE,
+    "gpus-per-node",
     models=(
         replace(A100, gres_type="nvidia_a100-sxm4-80gb"),
         replace(V100, gres_type="tesla_v100-sxm2-32gb"),
     ),
 )
-GPUS_SITE = make_site(GpuSyntax.GPUS)
+GPUS_SITE = make_site("gpus")
 
 
 @pytest.mark.parametrize(
@@ -149,7 +149,7 @@ GPUS_SITE = make_site(GpuSyntax.GPUS)
             "ib",
         ),
         (
-            make_site(GpuSyntax.GPUS_PER_NODE, models=(replace(A100, constraint="a100_80g"),)),
+            make_site("gpus-per-node", models=(replace(A100, constraint="a100_80g"),)),
             dict(model="A100", gpus=2, constraint="ib"),
             ("--gpus-per-node=a100:2", "--constraint=a100_80g&ib"),
             None,
@@ -268,15 +268,15 @@ def test_impossible_requests_say_what_is_possible(
     [
         # type_required but the model has no GRES type: the site config is at fault
         (
-            make_site(GpuSyntax.GRES, models=(replace(A100, gres_type=None),)),
+            make_site("gres", models=(replace(A100, gres_type=None),)),
             "models.A100.gres_type",
         ),
         (
-            make_site(GpuSyntax.GPUS, models=(replace(A100, gres_type=None),)),
+            make_site("gpus", models=(replace(A100, gres_type=None),)),
             "models.A100.gres_type",
         ),
         # gres+constraint without a node feature for the model
-        (make_site(GpuSyntax.GRES_CONSTRAINT, models=(A100,)), "models.A100.constraint"),
+        (make_site("gres+constraint", models=(A100,)), "models.A100.constraint"),
     ],
 )
 def test_site_that_cannot_express_the_model_is_a_config_error(site: Site, key_path: str) -> None:
@@ -288,9 +288,7 @@ def test_site_that_cannot_express_the_model_is_a_config_error(site: Site, key_pa
 
 
 def test_untyped_site_without_feature_can_still_ask_for_gpus() -> None:
-    site = make_site(
-        GpuSyntax.GPUS_PER_NODE, type_required=False, models=(replace(A100, gres_type=None),)
-    )
+    site = make_site("gpus-per-node", type_required=False, models=(replace(A100, gres_type=None),))
     job = resolve(site, JobRequest("train.py", model="A100", gpus=2, nodes=2))
     assert job.gres.options == ("--gpus-per-node=2",)
     assert job.gres.gres_type is None
@@ -348,26 +346,3 @@ def test_job_defaults() -> None:
     assert job.time is None  # the partition's default time applies
     assert len(job.token) == 16 and job.token == job.request.token
     assert JobRequest("t.py").token != JobRequest("t.py").token
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("90", 5400),
-        ("90:30", 5430),
-        ("01:00:00", 3600),
-        ("2-00", 172800),
-        ("2-03:04", 183840),
-        ("1-00:00:01", 86401),
-        ("UNLIMITED", None),
-        ("infinite", None),
-    ],
-)
-def test_slurm_time(text: str, seconds: int | None) -> None:
-    assert slurm_time_seconds(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "1h", "1:2:3:4", "-5", "1-"])
-def test_slurm_time_rejects(text: str) -> None:
-    with pytest.raises(ValueError):
-        slurm_time_seconds(text)

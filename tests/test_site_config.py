@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from clusterjob.errors import ConfigError
 from clusterjob.resources import site_configs_dir
+from clusterjob.site.gpu_syntax import syntax_named
 from clusterjob.site.loader import MAX_BYTES, load_site, validate_site_file
-from clusterjob.site.model import GpuSyntax, NodeGpu, OnError
+from clusterjob.site.model import NodeGpu, OnError
 
 BAD = Path(__file__).parent / "bad_configs"
 
@@ -187,7 +188,7 @@ def test_example_sites_load_without_issues(name: str) -> None:
 
 def test_mllab_node_groups_have_their_own_physical_order() -> None:
     site = load_site(site_configs_dir() / "mllab.yaml")
-    assert site.gpu_syntax is GpuSyntax.GRES and site.type_required
+    assert site.gpu_syntax is syntax_named("gres") and site.type_required
     assert [g.model for g in site.node_map.nodes["ml-gpu01"]] == ["A100", "A100", "V100", "V100"]
     assert site.node_map.nodes["ml-gpu05"][0] == NodeGpu(0, "V100", "0000:3b:00.0")
     assert [g.model for g in site.node_map.nodes["ml-gpu08"]] == ["V100", "V100", "A100", "A100"]

@@ -1,4 +1,4 @@
-"""SlurmClient over the stateful fake: one intended job is one Slurm job; errors get hints."""
+"""SlurmClient over the stateful fake: one intended job is one Slurm job, whatever sbatch does."""
 
 from __future__ import annotations
 
@@ -7,19 +7,11 @@ from pathlib import Path
 import pytest
 from slurm_fake import FakeSlurm
 
-from clusterjob import resources
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable
-from clusterjob.site.loader import load_site
-from clusterjob.site.model import Site
-from clusterjob.slurm.commands import sbatch_hint, token_in_script, with_sbatch_hint
+from clusterjob.slurm.commands import token_in_script
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 TOKEN = "0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def mllab() -> Site:
-    return load_site(resources.site_configs_dir() / "mllab.yaml")
 
 
 @pytest.fixture
@@ -85,55 +77,19 @@ def test_sbatch_gives_up_at_the_window_and_says_no_job_exists(script: Path, tmp_
     assert slurm.jobs == {}
 
 
-def test_permanent_sbatch_error_is_not_retried_and_names_the_sites_partitions(
-    script: Path, tmp_path: Path, mllab: Site
+def test_permanent_sbatch_error_is_not_retried_and_comes_as_sbatch_said_it(
+    script: Path, tmp_path: Path
 ) -> None:
+    """The site's words are added by the jobs layer (tests/test_jobs.py)."""
     slurm = FakeSlurm()
-    slurm.sbatch_plan = [(FIXTURES / "sbatch_err_partition.stderr.txt").read_text()]
+    stderr = (FIXTURES / "sbatch_err_partition.stderr.txt").read_text()
+    slurm.sbatch_plan = [stderr]
     with pytest.raises(SlurmError) as info:
-        slurm.client().sbatch(script, token=TOKEN, workdir=tmp_path, site=mllab)
+        slurm.client().sbatch(script, token=TOKEN, workdir=tmp_path)
     assert not isinstance(info.value, SlurmTransientError)
-    message = str(info.value)
-    assert "Invalid partition name specified" in message
-    assert "gpu (default)" in message and "debug" in message
+    assert info.value.stderr == stderr.strip()
+    assert info.value.hint == ""
     assert len(slurm.calls) == 1
-
-
-@pytest.mark.parametrize(
-    ("fixture", "words"),
-    [
-        ("sbatch_err_invalid_gres.stderr.txt", ["a100 (A100)", "v100 (V100)", "--model"]),
-        ("sbatch_err_bad_gres_type.stderr.txt", ["a100 (A100)", "can ever satisfy"]),
-        ("sbatch_err_partition.stderr.txt", ["gpu (default)", "debug"]),
-        ("sbatch_err_missing_script.stderr.txt", ["missing or unreadable"]),
-    ],
-)
-def test_recorded_sbatch_errors_get_site_hints(fixture: str, words: list[str], mllab) -> None:
-    error = SlurmError(["sbatch"], 1, (FIXTURES / fixture).read_text())
-    hinted = with_sbatch_hint(error, mllab)
-    for word in words:
-        assert word in str(hinted)
-    assert str(hinted).count("\n") == 0  # one line
-
-
-@pytest.mark.parametrize(
-    ("message", "words"),
-    [
-        ("You must always specify a type for GPU requests", ["--model", "a100 (A100)"]),
-        ("Invalid account or account/partition combination specified", ["sacctmgr"]),
-        ("Invalid qos specification", ["sacctmgr"]),
-        ("Requested time limit is invalid (missing or exceeds some limit)", ["gpu: 3-00:00:00"]),
-        ("something else entirely", []),
-    ],
-)
-def test_sbatch_hints(message: str, words: list[str], mllab: Site) -> None:
-    hint = sbatch_hint(message, mllab)
-    assert all(w in hint for w in words)
-    assert bool(hint) is bool(words)
-
-
-def test_sbatch_hint_without_a_site_is_generic() -> None:
-    assert "sinfo" in sbatch_hint("Invalid partition name specified", None)
 
 
 def test_test_only_reads_the_estimate_from_stderr(script: Path, tmp_path: Path) -> None:

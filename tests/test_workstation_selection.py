@@ -11,7 +11,8 @@ import pytest
 from clusterjob.cli.workstation import WAIT_FOREVER, fill_wait_value
 from clusterjob.errors import ClusterjobError, UsageError
 from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
-from clusterjob.site.model import GpuModel, GpuSyntax, NodeGpu, NodeMap, Site
+from clusterjob.site.gpu_syntax import syntax_named
+from clusterjob.site.model import GpuModel, NodeGpu, NodeMap, Site
 from clusterjob.workstation import claims
 from clusterjob.workstation.known_models import known_model, known_model_for_nvml_name
 from clusterjob.workstation.launch import Acquired, command_environment, parse_timeout
@@ -186,7 +187,7 @@ def _site(node: str, slots: tuple[NodeGpu, ...]) -> Site:
         name="lab",
         cluster_name=None,
         source=Path("lab.yaml"),
-        gpu_syntax=GpuSyntax.GRES,
+        gpu_syntax=syntax_named("gres"),
         type_required=True,
         models=(big, old),
         partitions=(),

@@ -13,7 +13,7 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from clusterjob.errors import ClusterjobError, ConfigError, exit_code
+from clusterjob.errors import ClusterjobError, ConfigError, ExitCode, exit_code
 
 app = typer.Typer(
     name="clusterjob",
@@ -70,23 +70,23 @@ def run(argv: list[str]) -> int:
         return exit_code(exc)
     except typer.Abort:
         err("aborted")
-        return 130
+        return ExitCode.INTERRUPTED
     except typer.Exit as exc:
         return exc.exit_code
     except TyperException as exc:  # the argument parser's usage errors (Typer's own click)
-        message = exc.format_message()  # type: ignore[attr-defined]
+        message = exc.format_message()
         if type(exc).__name__ == "NoSuchOption":
             message += " (arguments for SCRIPT that look like options go after --)"
         err(f"error: {message}")
-        return int(getattr(exc, "exit_code", 2))
+        return int(getattr(exc, "exit_code", ExitCode.USAGE))
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as exc:  # a bug in clusterjob: say so in one line, keep the stack for --debug
         if debug:
             raise
         err(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
         return exit_code(exc)
-    return result if isinstance(result, int) else 0
+    return result if isinstance(result, int) else ExitCode.OK
 
 
 _registered = False

@@ -12,10 +12,10 @@ from clusterjob.cli import app
 from clusterjob.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load sqlite and Slurm
-    from clusterjob.jobs import lifecycle as jobs
+    from clusterjob.jobs.status import JobStatus
 
 
-def _table(rows: list[jobs.JobStatus]) -> str:
+def _table(rows: list[JobStatus]) -> str:
     headers = ("JOBID", "STATE", "NAME", "NODES", "GPUS", "TIME", "SITE", "REASON")
     lines = [
         (
@@ -53,14 +53,14 @@ def status(
     ] = False,
 ) -> None:
     """State of the jobs clusterjob submitted: one squeue (and sacct) call for all of them."""
-    from clusterjob.jobs import lifecycle as jobs
+    from clusterjob.jobs import status as job_status
     from clusterjob.jobs.registry import repair
 
     if fix_registry:
         moved = repair()
         print(f"job registry moved aside to {moved}" if moved else "job registry is fine")
         return
-    rows = jobs.status(job or (), show_all=show_all)
+    rows = job_status.status(job or (), show_all=show_all)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
     elif rows:
@@ -78,16 +78,16 @@ def logs(
     err: Annotated[bool, typer.Option("--err", help="The job's stderr file, not stdout.")] = False,
 ) -> None:
     """Print a job's output file (Slurm's own path for it)."""
-    from clusterjob.jobs import lifecycle as jobs
+    from clusterjob.jobs import logs as job_logs
 
-    path = jobs.output_path(job, stderr=err)
+    path = job_logs.output_path(job, stderr=err)
     if not follow:
         if not path.exists():
             raise UsageError(f"{path} does not exist (yet): the job may not have started")
         sys.stdout.write(path.read_text(errors="replace"))
         return
     print(f"==> {path} <==", file=sys.stderr)
-    for chunk in jobs.follow(path, finished=lambda: jobs.is_finished(job)):
+    for chunk in job_logs.follow(path, finished=lambda: job_logs.is_finished(job)):
         sys.stdout.write(chunk)
         sys.stdout.flush()
 
@@ -95,15 +95,15 @@ def logs(
 @app.command()
 def cancel(job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")]) -> None:
     """Cancel jobs (one scancel call)."""
-    from clusterjob.jobs import lifecycle as jobs
+    from clusterjob.jobs import cancel as job_cancel
 
-    ids = jobs.cancel(job)
+    ids = job_cancel.cancel(job)
     print(f"cancel requested for {', '.join(ids)}")
 
 
 @app.command()
 def resubmit(job: Annotated[str, typer.Argument(help="Job id or `last`.")]) -> None:
     """Submit a recorded job's script again, from the directory it was first submitted in."""
-    from clusterjob.jobs import lifecycle as jobs
+    from clusterjob.jobs import submit as job_submit
 
-    print(jobs.resubmit(job))
+    print(job_submit.resubmit(job))

@@ -30,12 +30,12 @@ def preflight(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check this node's GPUs against the site map and the job's request (run in the job)."""
-    from clusterjob.node import hooks, report
+    from clusterjob.node import report
+    from clusterjob.node.context import node_name
+    from clusterjob.node.preflight import run_preflight
 
     environ = dict(os.environ)
-    result = hooks.run_preflight(
-        site, hooks.node_name(environ), environ, expect_model, expect_count
-    )
+    result = run_preflight(site, node_name(environ), environ, expect_model, expect_count)
     if as_json:
         print(report.render_json(result))
     else:
@@ -49,10 +49,11 @@ def gpus(
     as_json: Annotated[bool, typer.Option("--json", help="Print the inventory as JSON.")] = False,
 ) -> None:
     """List this node's GPUs as NVML sees them, in PCI bus order, and who holds each."""
-    from clusterjob.node import hooks, report
+    from clusterjob.node import report
+    from clusterjob.node.preflight import read_gpus
     from clusterjob.workstation.claims import current_claims
 
-    inventory = hooks.read_gpus()
+    inventory = read_gpus()
     holders = {c.key: c.holder_text() for c in current_claims()}
     if as_json:
         print(json.dumps(report.inventory_to_dict(inventory, holders), indent=2, sort_keys=True))

@@ -122,7 +122,7 @@ def submit(
         )
         typer.echo(f"# {rendered.sbatch_command()}")
         return
-    from clusterjob.jobs import lifecycle as jobs
+    from clusterjob.jobs import submit as job_submit
 
-    result = jobs.submit(the_site, resolved, rendered, test_only=test_only)
+    result = job_submit.submit(the_site, resolved, rendered, test_only=test_only)
     typer.echo(str(result))

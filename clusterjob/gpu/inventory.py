@@ -1,19 +1,18 @@
-"""NVML turned into plain data: the one small interface between clusterjob and the GPUs.
+"""The GPUs of this node as plain data, and the one way to read them from NVML.
 
-``pynvml`` is imported lazily inside ``read_inventory`` so that nothing else pays for it.
-A field a GPU does not support is ``None`` (unknown), never an error.
+``read_inventory`` is what every caller uses (the Prolog, the TaskProlog, ``preflight``,
+``gpus``, ``run``, ``site probe``). It never imports pynvml itself (see ``clusterjob.gpu.nvml``)
+and, given a timeout, never blocks past it, even when the driver hangs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from clusterjob.errors import NvmlError
-from clusterjob.pci import normalise_bus_id
+from clusterjob.errors import NvmlError, NvmlErrorKind
+from clusterjob.gpu import isolation
+
+__all__ = ["Gpu", "GpuInventory", "GpuProcess", "read_inventory"]
 
 
 @dataclass(frozen=True)
@@ -58,187 +57,31 @@ class GpuInventory:
         return None
 
 
-def read_inventory(timeout: float | None = None) -> GpuInventory:
+def read_inventory(
+    timeout: float | None = None, *, isolate: bool = False, deadline: float | None = None
+) -> GpuInventory:
     """Every GPU NVML sees on this node, sorted by PCI bus ID.
 
     Raises NvmlError when NVML cannot be used at all, or a GPU is lost before its bus ID is
-    known. With ``timeout`` (seconds), a hung driver gives NvmlError("timeout") instead of
-    blocking: the NVML call is left running in a daemon thread.
+    known. With ``timeout`` (seconds), a hung driver gives NvmlError(TIMEOUT) instead of
+    blocking. ``isolate`` reads in a forked child (see ``clusterjob.gpu.isolation``), as the
+    Slurm hooks must; else the read runs in this process (in a daemon thread when timed).
+    ``deadline`` is the overall budget the timeout message names, when ``timeout`` is only
+    what is left of it.
     """
-    if timeout is None:
-        return _read_inventory()
-    result: list[GpuInventory] = []
-    failure: list[BaseException] = []
+    from clusterjob.gpu.nvml import read_nvml  # here: it imports this module's dataclasses
 
-    def work() -> None:
-        try:
-            result.append(_read_inventory())
-        except BaseException as exc:  # handed to the caller's thread
-            failure.append(exc)
-
-    worker = threading.Thread(target=work, name="clusterjob-nvml", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if failure:
-        raise failure[0]
-    if not result:
+    try:
+        if isolate:
+            return isolation.in_child(read_nvml, timeout)
+        if timeout is None:
+            return read_nvml()
+        return isolation.in_thread(read_nvml, timeout)
+    except isolation.ReadTimedOut:
+        # The Prolog's line goes to slurmd's log, so its hint is the short one.
+        hint = "" if isolate else "; the node likely needs a GPU reset or reboot"
         raise NvmlError(
-            "timeout",
-            f"NVML did not answer within {timeout:g}s: a GPU or the NVIDIA driver is hung "
-            "(look for Xid errors in dmesg; the node likely needs a GPU reset or reboot)",
-        )
-    return result[0]
-
-
-def _read_inventory() -> GpuInventory:
-    try:
-        import pynvml
-    except ImportError as exc:
-        raise NvmlError(
-            "library_not_found",
-            f"Python package nvidia-ml-py (module pynvml) is not installed: {exc}",
-        ) from exc
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise _init_error(pynvml, exc) from exc
-    try:
-        driver = _optional(pynvml, pynvml.nvmlSystemGetDriverVersion)
-        cuda = _optional(pynvml, pynvml.nvmlSystemGetCudaDriverVersion_v2)
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-        except pynvml.NVMLError as exc:
-            raise _init_error(pynvml, exc) from exc
-        gpus = [_read_gpu(pynvml, index) for index in range(count)]
-    finally:
-        # A failing shutdown leaves nothing to undo; the inventory (or the error) is what matters.
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
-    gpus.sort(key=lambda g: g.bus_id)
-    return GpuInventory(gpus=tuple(gpus), driver_version=driver, cuda_driver_version=cuda)
-
-
-class _Lost(Exception):
-    """NVML said GPU_IS_LOST: stop reading this GPU, keep what was read."""
-
-
-def _optional(pynvml: Any, call: Callable[..., Any], *args: Any) -> Any:
-    """One NVML read: None when the GPU or driver cannot tell; _Lost when the GPU is gone."""
-    try:
-        return call(*args)
-    except pynvml.NVMLError_GpuIsLost as exc:
-        raise _Lost from exc
-    except pynvml.NVMLError:
-        return None
-
-
-def _read_gpu(pynvml: Any, index: int) -> Gpu:
-    """One GPU. Its handle and PCI bus ID are needed to place it at all; the rest is optional."""
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        raw_bus_id = pynvml.nvmlDeviceGetPciInfo_v3(handle).busId
-    except pynvml.NVMLError_GpuIsLost as exc:
-        raise NvmlError(
-            "gpu_lost",
-            f"GPU at NVML index {index} is lost (fell off the bus) before its PCI bus ID "
-            "could be read: check dmesg for Xid 79, then reset the GPU or reboot the node",
-        ) from exc
-    except pynvml.NVMLError as exc:
-        raise NvmlError(
-            "unknown", f"NVML could not identify the GPU at index {index}: {exc}"
-        ) from exc
-    if isinstance(raw_bus_id, bytes):
-        raw_bus_id = raw_bus_id.decode("ascii", "replace")
-    try:
-        bus_id = normalise_bus_id(raw_bus_id)
-    except ValueError as exc:
-        raise NvmlError("unknown", f"NVML GPU {index}: {exc}") from exc
-
-    fields: dict[str, Any] = {}
-    lost = False
-    try:
-        read = _optional
-        fields["name"] = read(pynvml, pynvml.nvmlDeviceGetName, handle)
-        fields["uuid"] = read(pynvml, pynvml.nvmlDeviceGetUUID, handle)
-        fields["serial"] = read(pynvml, pynvml.nvmlDeviceGetSerial, handle)
-        fields["minor"] = read(pynvml, pynvml.nvmlDeviceGetMinorNumber, handle)
-        memory = read(pynvml, pynvml.nvmlDeviceGetMemoryInfo, handle)
-        if memory is not None:
-            fields["memory_total"] = memory.total
-            fields["memory_used"] = memory.used
-        mig = read(pynvml, pynvml.nvmlDeviceGetMigMode, handle)
-        if mig is not None:
-            fields["mig_current"] = mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE
-            fields["mig_pending"] = mig[1] == pynvml.NVML_DEVICE_MIG_ENABLE
-        fields["ecc_uncorrectable_volatile"] = read(
-            pynvml,
-            pynvml.nvmlDeviceGetTotalEccErrors,
-            handle,
-            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-            pynvml.NVML_VOLATILE_ECC,
-        )
-        remapped = read(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle)
-        if remapped is not None:
-            fields["remapped_rows_pending"] = bool(remapped[2])
-            fields["remapped_rows_failure"] = bool(remapped[3])
-        persistence = read(pynvml, pynvml.nvmlDeviceGetPersistenceMode, handle)
-        if persistence is not None:
-            fields["persistence_mode"] = persistence == pynvml.NVML_FEATURE_ENABLED
-        procs = read(pynvml, pynvml.nvmlDeviceGetComputeRunningProcesses_v3, handle)
-        if procs is not None:
-            fields["processes"] = tuple(
-                GpuProcess(
-                    pid=p.pid,
-                    used_memory=p.usedGpuMemory,
-                    name=_process_name(pynvml, p.pid),
-                )
-                for p in procs
-            )
-    except _Lost:
-        lost = True
-    fields.setdefault("name", None)
-    fields.setdefault("uuid", None)
-    return Gpu(index=index, bus_id=bus_id, lost=lost, **fields)
-
-
-def _process_name(pynvml: Any, pid: int) -> str | None:
-    try:
-        name = pynvml.nvmlSystemGetProcessName(pid)
-    except pynvml.NVMLError:
-        return None  # the process ended between the two calls, or we may not look at it
-    return name or None
-
-
-def _init_error(pynvml: Any, exc: Exception) -> NvmlError:
-    """NVML failing as a whole, in words a person on the node can act on."""
-    if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
-        return NvmlError(
-            "library_not_found",
-            "NVML library libnvidia-ml.so.1 not found: is the NVIDIA driver installed on this "
-            "node (and its library directory known to the dynamic loader)?",
-        )
-    if isinstance(exc, pynvml.NVMLError_DriverNotLoaded):
-        return NvmlError(
-            "driver_not_loaded",
-            "NVIDIA driver is not loaded on this node (NVML: Driver Not Loaded): "
-            "check 'lsmod | grep nvidia' and dmesg, or load it with 'modprobe nvidia'",
-        )
-    if isinstance(exc, pynvml.NVMLError_LibRmVersionMismatch):
-        return NvmlError(
-            "version_mismatch",
-            "NVML library and NVIDIA kernel driver versions differ (driver upgraded without a "
-            "reboot?): reboot the node or reload the nvidia kernel modules",
-        )
-    if isinstance(exc, pynvml.NVMLError_NoPermission):
-        return NvmlError(
-            "no_permission",
-            "no permission to use NVML: check the modes of /dev/nvidiactl and /dev/nvidia*",
-        )
-    if isinstance(exc, pynvml.NVMLError_GpuIsLost):
-        return NvmlError(
-            "gpu_lost",
-            "NVML reports a GPU lost (fell off the bus): check dmesg for Xid 79, then reset "
-            "the GPU or reboot the node",
-        )
-    code = getattr(exc, "value", None)
-    return NvmlError("unknown", f"NVML failed: {exc} (NVML error code {code})")
+            NvmlErrorKind.TIMEOUT,
+            f"NVML did not answer within {deadline or timeout:g}s: a GPU or the NVIDIA driver "
+            f"is hung (look for Xid errors in dmesg{hint})",
+        ) from None

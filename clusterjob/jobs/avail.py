@@ -177,7 +177,7 @@ def estimate_start(
 ) -> StartEstimate:
     """When Slurm would start ``gpus`` GPUs of ``model``: the job ``clusterjob submit`` would
     render, through the same ``--test-only`` path (nothing is submitted or recorded)."""
-    from clusterjob.jobs.lifecycle import TestOnlyResult, submit
+    from clusterjob.jobs.submit import TestOnlyResult, submit
     from clusterjob.jobscript.render import render
     from clusterjob.jobscript.request import JobRequest, resolve
 

@@ -3,7 +3,7 @@
 One SQLite file in the user's data dir (``$CLUSTERJOB_DATA_DIR`` or
 ``$XDG_DATA_HOME/clusterjob``). WAL mode and a generous busy timeout let many submissions
 write at once (a sweep launched from a shell loop) without "database is locked". A file
-that is not a readable registry raises ``RegistryError`` saying how to move it aside;
+that is not a readable registry raises ``RegistryCorrupt`` saying how to move it aside;
 ``repair()`` does exactly that.
 """
 
@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from clusterjob.errors import RegistryError, UsageError
+from clusterjob.errors import RegistryCorrupt, RegistryError, UsageError
 
 REGISTRY_FILE = "jobs.sqlite"
 SCHEMA_VERSION = 1
@@ -122,14 +122,12 @@ class Registry:
 
     # --- connection -----------------------------------------------------------------------
 
-    def _corrupt(self, exc: BaseException) -> RegistryError:
-        error = RegistryError(
+    def _corrupt(self, exc: BaseException) -> RegistryCorrupt:
+        return RegistryCorrupt(
             f"job registry {self.path} is unreadable ({exc}); move it aside and start a new "
             f"one with `clusterjob status --repair` (it is kept as "
             f"{self.path.name}.corrupt-<time>; submitted jobs keep running)"
         )
-        error.corrupt = True  # type: ignore[attr-defined]  # repair() moves only these aside
-        return error
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[sqlite3.Connection]:
@@ -238,7 +236,9 @@ class Registry:
 
     # --- reads ----------------------------------------------------------------------------
 
-    def _select(self, where: str = "", params: Sequence[object] = (), tail: str = "") -> list:
+    def _select(
+        self, where: str = "", params: Sequence[object] = (), tail: str = ""
+    ) -> list[JobRecord]:
         with self._connect(write=False) as conn:
             rows = conn.execute(
                 f"SELECT {', '.join(_COLUMNS)} FROM jobs {where} {tail}", list(params)
@@ -299,9 +299,8 @@ def repair(path: Path | None = None) -> Path | None:
     try:
         Registry(path).check()
         return None
-    except RegistryError as exc:
-        if not getattr(exc, "corrupt", False):
-            raise  # locked or not permitted: the file itself is fine
+    except RegistryCorrupt:
+        pass  # any other RegistryError (locked, not permitted) leaves a file that is fine
     stamp = time.strftime("%Y%m%dT%H%M%S")
     target = path.with_name(f"{path.name}.corrupt-{stamp}")
     os.replace(path, target)

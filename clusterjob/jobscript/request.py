@@ -16,8 +16,8 @@ import hostlist
 
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
 from clusterjob.jobscript.shell import check_directive_value, check_no_nul
-from clusterjob.site.model import GpuModel, GpuSyntax, Partition, Site
-from clusterjob.slurm.parse import MEMORY_SIZE
+from clusterjob.site.model import GpuModel, Partition, Site
+from clusterjob.slurm.syntax import MEMORY_SIZE, time_seconds
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as clusterjob.slurm finds it in --comment
 
@@ -107,7 +107,7 @@ def _nodes_with_model(site: Site, model: str, among: tuple[str, ...] | None = No
 
 
 def _compress(nodes: list[str]) -> str:
-    return hostlist.collect_hostlist(nodes)
+    return str(hostlist.collect_hostlist(nodes))
 
 
 def _capacity_text(site: Site, partition: Partition, model: str) -> str:
@@ -166,36 +166,6 @@ def _check_text_fields(request: JobRequest) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if request.cpus_per_gpu is not None and request.cpus_per_gpu < 1:
         raise UsageError("--cpus-per-gpu must be at least 1")
-
-
-_TIME_FORMS = (
-    re.compile(r"(?P<m>\d+)"),
-    re.compile(r"(?P<m>\d+):(?P<s>\d+)"),
-    re.compile(r"(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"),
-    re.compile(r"(?P<d>\d+)-(?P<h>\d+)"),
-    re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)"),
-    re.compile(r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)"),
-)
-
-
-def slurm_time_seconds(text: str) -> int | None:
-    """Seconds in a Slurm time string (``2-00:00:00``, ``90``, ``1:30:00``); None if unlimited.
-
-    Raises ValueError for anything sbatch would not accept.
-    """
-    if text.strip().upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    for form in _TIME_FORMS:
-        m = form.fullmatch(text.strip())
-        if m:
-            parts = {k: int(v) for k, v in m.groupdict().items() if v is not None}
-            return (
-                parts.get("d", 0) * 86400
-                + parts.get("h", 0) * 3600
-                + parts.get("m", 0) * 60
-                + parts.get("s", 0)
-            )
-    raise ValueError(f"not a Slurm time: {text!r} (expected minutes, HH:MM:SS or D-HH:MM:SS)")
 
 
 # --- resolution -------------------------------------------------------------------------
@@ -350,42 +320,22 @@ def gres_request(
 ) -> tuple[GresRequest, str | None]:
     """The GPU request in the site's syntax, and the user's constraint if not merged into it.
 
-    A model with a node feature (``constraint``) always gets ``--constraint=FEATURE`` (the
-    user's constraint joined with ``&``). A ``gpus`` site gets the job total
-    (``--gpus=TYPE:N*nodes``); the preflight then checks that Slurm spread it as N per node.
+    The site's syntax (``clusterjob.site.gpu_syntax``) spells the GPU count. A model with a
+    node feature (``constraint``) then always gets ``--constraint=FEATURE`` (the user's
+    constraint joined with ``&``).
     """
     syntax = site.gpu_syntax
-    gres_type = model.gres_type
-    if syntax is GpuSyntax.GRES_CONSTRAINT:
-        if not model.constraint:
-            raise _model_config_error(
-                site, model, "constraint",
-                "no node feature given, but gpu_request.syntax is gres+constraint",
-            )  # fmt: skip
-        typed = gres_type if (site.type_required and gres_type) else None
-        gres = f"--gres=gpu:{typed}:{gpus}" if typed else f"--gres=gpu:{gpus}"
-        combined = _combine_constraints(model.constraint, constraint)
-        return GresRequest((gres, f"--constraint={combined}"), gpus, nodes, typed), None
-    if gres_type is None and site.type_required:
-        raise _model_config_error(
-            site, model, "gres_type",
-            "no GRES type given, but gpu_request.type_required is true",
-        )  # fmt: skip
-    prefix = f"{gres_type}:" if gres_type else ""
-    if syntax is GpuSyntax.GRES:
-        option = f"--gres=gpu:{prefix}{gpus}"
-    elif syntax is GpuSyntax.GPUS_PER_NODE:
-        option = f"--gpus-per-node={prefix}{gpus}"
-    elif syntax is GpuSyntax.GPUS:
-        option = f"--gpus={prefix}{gpus * nodes}"
-    else:  # pragma: no cover - the enum is closed
-        raise AssertionError(syntax)
+    gaps = syntax.gaps(model, site.type_required)
+    if gaps:
+        raise _model_config_error(site, model, gaps[0].key, gaps[0].at_request)
+    spelled = syntax.options(model, gpus, nodes, site.type_required)
     if model.constraint:
         # Untyped GRES: the feature is the only way to land on this model. Typed: some sites'
         # submit filters want both (e.g. --gpus-per-node=TYPE:N --constraint=FEATURE).
         combined = _combine_constraints(model.constraint, constraint)
-        return GresRequest((option, f"--constraint={combined}"), gpus, nodes, gres_type), None
-    return GresRequest((option,), gpus, nodes, gres_type), constraint
+        options = (*spelled.options, f"--constraint={combined}")
+        return GresRequest(options, gpus, nodes, spelled.gres_type), None
+    return GresRequest(spelled.options, gpus, nodes, spelled.gres_type), constraint
 
 
 def resolve(site: Site, request: JobRequest) -> ResolvedJob:
@@ -395,10 +345,10 @@ def resolve(site: Site, request: JobRequest) -> ResolvedJob:
     partition, eligible = _choose_partition(site, model, request)
     if request.time is not None:
         try:
-            wanted = slurm_time_seconds(request.time)
+            wanted = time_seconds(request.time)
         except ValueError as exc:
             raise UsageError(f"--time: {exc}") from None
-        limit = slurm_time_seconds(partition.time_limit) if partition.time_limit else None
+        limit = time_seconds(partition.time_limit) if partition.time_limit else None
         if limit is not None and (wanted is None or wanted > limit):
             raise UsageError(
                 f"--time {request.time} is longer than partition {partition.name}'s limit "

@@ -161,7 +161,7 @@ def diff_site(site: Site, client: SlurmClient | None = None) -> DriftReport:
 
 
 def _hosts(names: Sequence[str]) -> str:
-    return hostlist.collect_hostlist(list(names))
+    return str(hostlist.collect_hostlist(list(names)))
 
 
 def format_report(report: DriftReport) -> list[str]:

@@ -9,15 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from clusterjob.gpu.models import model_for_nvml_name
 
-class GpuSyntax(str, Enum):
-    """How a site wants GPUs asked for in sbatch."""
-
-    GRES = "gres"  # --gres=gpu:TYPE:N   (or --gres=gpu:N when untyped requests are allowed)
-    GRES_CONSTRAINT = "gres+constraint"  # --gres=gpu:N --constraint=FEATURE
-    GPUS_PER_NODE = "gpus-per-node"  # --gpus-per-node=TYPE:N
-    GPUS = "gpus"  # --gpus=TYPE:N (total over the job)
+if TYPE_CHECKING:  # the node side imports this module and never needs the syntaxes
+    from clusterjob.site.gpu_syntax.base import GpuRequestSyntax
 
 
 class OnError(str, Enum):
@@ -95,7 +92,7 @@ class Site:
     name: str
     cluster_name: str | None
     source: Path  # the YAML file this site was loaded from
-    gpu_syntax: GpuSyntax
+    gpu_syntax: GpuRequestSyntax  # how GPUs are asked for here (clusterjob.site.gpu_syntax)
     type_required: bool
     models: tuple[GpuModel, ...]
     partitions: tuple[Partition, ...]
@@ -121,11 +118,9 @@ class Site:
 
     def model_for_nvml_name(self, nvml_name: str) -> GpuModel | None:
         """The model whose NVML names include ``nvml_name`` (exact, case-insensitive)."""
-        wanted = nvml_name.casefold()
-        for m in self.models:
-            if any(wanted == n.casefold() for n in m.nvml_names):
-                return m
-        return None
+        by_name = {m.name: m for m in self.models}
+        found = model_for_nvml_name(nvml_name, {m.name: m.nvml_names for m in self.models})
+        return None if found is None else by_name[found]
 
     def partition(self, name: str) -> Partition | None:
         for p in self.partitions:

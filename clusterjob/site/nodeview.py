@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.model import NodeGpu, OnError, PrologPolicy, Site
 
 CACHE_FORMAT = 1
@@ -39,11 +40,7 @@ class NodeView:
 
     def model_for_nvml_name(self, nvml_name: str) -> str | None:
         """The canonical model an NVML device name belongs to (case-insensitive)."""
-        wanted = nvml_name.casefold()
-        for name, nvml_names in self.models.items():
-            if any(wanted == n.casefold() for n in nvml_names):
-                return name
-        return None
+        return model_for_nvml_name(nvml_name, self.models)
 
 
 def view_from_site(site: Site, node: str, source: Path | None = None) -> NodeView:

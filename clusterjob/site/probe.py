@@ -22,6 +22,7 @@ import hostlist
 
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
 from clusterjob.gpu.inventory import GpuInventory, read_inventory
+from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.loader import validate_site_file
 from clusterjob.site.model import Site
 
@@ -69,10 +70,11 @@ def this_node(environ: Mapping[str, str] | None = None) -> str:
 
 def describe(inventory: GpuInventory, node: str, site: Site | None) -> ProbedNode:
     """The inventory as node-map slots; models looked up by NVML name in ``site``."""
+    nvml_names = {m.name: m.nvml_names for m in site.models} if site else {}
     gpus = []
     for slot, gpu in enumerate(sorted(inventory.gpus, key=lambda g: g.bus_id)):
-        model = site.model_for_nvml_name(gpu.name) if site and gpu.name else None
-        gpus.append(ProbedGpu(slot, gpu.name, model.name if model else None, gpu.bus_id, gpu.uuid))
+        model = model_for_nvml_name(gpu.name, nvml_names)
+        gpus.append(ProbedGpu(slot, gpu.name, model, gpu.bus_id, gpu.uuid))
     return ProbedNode(node, tuple(gpus))
 
 

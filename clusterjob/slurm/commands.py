@@ -11,7 +11,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable
-from clusterjob.site.model import Site
 from clusterjob.slurm import parse
 from clusterjob.slurm.parse import (
     AccountedJob,
@@ -51,20 +50,18 @@ class SlurmClient:
 
     # --- submission -----------------------------------------------------------------------
 
-    def sbatch_test_only(
-        self, script_path: str | Path, *, workdir: str | Path, site: Site | None = None
-    ) -> StartEstimate:
-        """``sbatch --test-only``: Slurm validates the job and estimates a start; no job."""
+    def sbatch_test_only(self, script_path: str | Path, *, workdir: str | Path) -> StartEstimate:
+        """``sbatch --test-only``: Slurm validates the job and estimates a start; no job.
+
+        A refusal is sbatch's own ``SlurmError``; the jobs layer words it for the site.
+        """
         cmd = ["sbatch", "--test-only", f"--chdir={workdir}", str(script_path)]
-        try:
-            result = self.runner.run(
-                cmd,
-                timeout=SBATCH_TIMEOUT,
-                deadline=self.runner.clock() + QUERY_WINDOW,
-                retry=True,  # nothing is created, so retrying is always safe
-            )
-        except SlurmError as exc:
-            raise with_sbatch_hint(exc, site) from None
+        result = self.runner.run(
+            cmd,
+            timeout=SBATCH_TIMEOUT,
+            deadline=self.runner.clock() + QUERY_WINDOW,
+            retry=True,  # nothing is created, so retrying is always safe
+        )
         try:
             return parse.parse_test_only(result.stderr + result.stdout)
         except ValueError as exc:
@@ -76,7 +73,6 @@ class SlurmClient:
         *,
         token: str,
         workdir: str | Path,
-        site: Site | None = None,
         window: float = SUBMIT_WINDOW,
     ) -> SubmittedJobId:
         """Submit once, even when sbatch times out.
@@ -85,7 +81,8 @@ class SlurmClient:
         and the reply was lost; seen on 22.05 with a stalled slurmctld). So before every
         retry the job is looked up by its ``--comment`` token, twice with a pause between
         (the controller may still be processing the request). Without a successful look-up
-        nothing is resubmitted.
+        nothing is resubmitted. A refusal is sbatch's own ``SlurmError``, raised at once;
+        the jobs layer words it for the site.
         """
         cmd = ["sbatch", "--parsable", f"--chdir={workdir}", str(script_path)]
         deadline = self.runner.clock() + window
@@ -97,8 +94,6 @@ class SlurmClient:
                 )
             except SlurmTransientError as exc:
                 last = exc
-            except SlurmError as exc:
-                raise with_sbatch_hint(exc, site) from None
             else:
                 try:
                     return parse.parse_job_id(result.stdout)
@@ -243,72 +238,6 @@ class SlurmClient:
     def partitions(self) -> list[PartitionRecord]:
         """Every partition with its node hostlist (``scontrol show partition -o``)."""
         return parse.parse_scontrol_partitions(self._query(["scontrol", "show", "partition", "-o"]))
-
-
-# --- sbatch errors, explained with the site's own vocabulary --------------------------------
-
-
-def _gres_types(site: Site) -> str:
-    types = [f"{m.gres_type} ({m.name})" for m in site.models if m.gres_type]
-    return ", ".join(types) if types else "none configured"
-
-
-def _partitions(site: Site) -> str:
-    return ", ".join(p.name + (" (default)" if p.default else "") for p in site.partitions)
-
-
-def sbatch_hint(message: str, site: Site | None) -> str:
-    """A next step for a known sbatch error, naming what this site offers."""
-    m = message.casefold()
-    where = f" at site {site.name}" if site else ""
-    if "invalid generic resource" in m:
-        if site:
-            return (
-                f"the GPU request does not match a GRES type{where}; types here: "
-                f"{_gres_types(site)}; ask with --model instead of raw --gres"
-            )
-        return "the --gres/--gpus request is malformed or names an unknown GRES type"
-    if "must always specify a type" in m:
-        extra = f"; types here: {_gres_types(site)}" if site else ""
-        return f"this cluster requires a GPU type: pass --model{extra}"
-    if "requested node configuration is not available" in m:
-        extra = (
-            f"; GPU types{where}: {_gres_types(site)}; partitions: {_partitions(site)}"
-            if site
-            else ""
-        )
-        return (
-            "no node in the partition can ever satisfy this request (unknown GPU type, more "
-            f"GPUs/CPUs/memory per node than any node has){extra}"
-        )
-    if "invalid account" in m:
-        return (
-            "your user has no association with this account (or partition); list yours with "
-            "`sacctmgr show assoc user=$USER format=account,partition,qos`"
-        )
-    if "invalid partition" in m:
-        return f"partitions{where}: {_partitions(site)}" if site else "see `sinfo -s`"
-    if "invalid qos" in m:
-        return "list the QOS you may use with `sacctmgr show assoc user=$USER format=qos`"
-    if "time limit" in m and ("invalid" in m or "exceed" in m):
-        if site:
-            limits = ", ".join(f"{p.name}: {p.time_limit or 'none'}" for p in site.partitions)
-            return f"--time exceeds the partition limit ({limits})"
-        return "--time exceeds the partition's MaxTime (see `sinfo -o '%P %l'`)"
-    if "qosmaxgresperuser" in m or "maxgres" in m:
-        return "you already use as many GPUs as your QOS allows; wait or use fewer GPUs"
-    if "unable to open file" in m:
-        return "the job script is missing or unreadable"
-    return ""
-
-
-def with_sbatch_hint(exc: SlurmError, site: Site | None) -> SlurmError:
-    """The same error, with sbatch's own message and a site-aware hint."""
-    message = parse.sbatch_error_message(exc.stderr)
-    hint = sbatch_hint(message, site)
-    stderr = message if message else exc.stderr
-    new = type(exc)(exc.cmd, exc.returncode, stderr, hint=hint)
-    return new
 
 
 _TOKEN = re.compile(r"^#SBATCH\s+--comment[= ]\"?clusterjob:([0-9A-Za-z_-]+)", re.MULTILINE)

@@ -122,12 +122,6 @@ class SubmittedJobId:
 _JOB_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
 
 
-# What sbatch accepts for --mem / --mem-per-gpu: a number with an optional unit.
-MEMORY_SIZE = re.compile(r"^\d+[KMGT]?$")
-# What Slurm accepts as a GRES type name in gres.conf (Type=) and requests (gpu:TYPE:N).
-GRES_TYPE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
 def gpu_tres(text: str | None) -> str | None:
     """The GPU part of a TRES list: from sacct's AllocTRES ``cpu=2,gres/gpu:a100=2,gres/gpu=2``
     keep ``gres/gpu:a100=2,gres/gpu=2``; from squeue's ``gres:gpu:a100:2``, that."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from clusterjob.errors import UsageError
 from clusterjob.gpu.inventory import Gpu, GpuInventory
+from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.model import Site
 from clusterjob.workstation.known_models import known_model, known_model_for_nvml_name, model_key
 
@@ -59,10 +60,11 @@ class ModelCatalog:
         """Canonical model of ``gpu``; a card nobody knows keeps its NVML name."""
         if self.slot_models and gpu.bus_id in self.slot_models:
             return self.slot_models[gpu.bus_id]
-        if self.site is not None and gpu.name:
-            site_model = self.site.model_for_nvml_name(gpu.name)
+        if self.site is not None:
+            nvml_names = {m.name: m.nvml_names for m in self.site.models}
+            site_model = model_for_nvml_name(gpu.name, nvml_names)
             if site_model is not None:
-                return site_model.name
+                return site_model
         if gpu.name:
             known = known_model_for_nvml_name(gpu.name)
             return known.name if known else gpu.name

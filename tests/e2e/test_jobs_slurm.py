@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from clusterjob.errors import SlurmError
-from clusterjob.jobs import lifecycle as jobs
+from clusterjob.jobs.cancel import cancel
+from clusterjob.jobs.logs import follow, output_path
 from clusterjob.jobs.registry import Registry
+from clusterjob.jobs.status import StatusCache, status
+from clusterjob.jobs.submit import Submitted, TestOnlyResult, submit
 from clusterjob.jobscript.render import RenderedJob
 from clusterjob.jobscript.request import JobRequest, new_token, resolve
 from clusterjob.site.loader import load_site
@@ -61,7 +64,7 @@ def wait_for(job_id: str, states: set[str], client: SlurmClient, timeout: float 
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
-        rows = jobs.status([job_id], client=client, cache=jobs.StatusCache(ttl=0))
+        rows = status([job_id], client=client, cache=StatusCache(ttl=0))
         state = rows[0].state
         if state in states:
             return state
@@ -76,8 +79,8 @@ def test_cluster_name_matches_the_site(site: Site) -> None:
 def test_submit_status_sacct_and_logs(site: Site, data: Path, tmp_path: Path) -> None:
     client = SlurmClient()
     resolved, rendered = tiny_job(site, 'echo "hello from $SLURM_JOB_ID"; echo oops >&2')
-    result = jobs.submit(site, resolved, rendered, client=client, workdir=tmp_path)
-    assert isinstance(result, jobs.Submitted)
+    result = submit(site, resolved, rendered, client=client, workdir=tmp_path)
+    assert isinstance(result, Submitted)
     assert result.cluster == site.cluster_name
 
     # the job is found by its token (what a timed-out sbatch relies on)
@@ -102,21 +105,21 @@ def test_submit_status_sacct_and_logs(site: Site, data: Path, tmp_path: Path) ->
     record = Registry().get(result.job_id)
     assert record is not None and record.state == "COMPLETED"
 
-    out = jobs.output_path("last", client=client)
+    out = output_path("last", client=client)
     assert out == tmp_path / f"slurm-{result.job_id}.out"
     assert f"hello from {result.job_id}" in out.read_text()
-    chunks = list(jobs.follow(out, finished=lambda: True, check_every=0))
+    chunks = list(follow(out, finished=lambda: True, check_every=0))
     assert "hello from" in "".join(chunks)
 
 
 def test_cancel_a_running_job(site: Site, data: Path, tmp_path: Path) -> None:
     client = SlurmClient()
     resolved, rendered = tiny_job(site, "sleep 300")
-    result = jobs.submit(site, resolved, rendered, client=client, workdir=tmp_path)
+    result = submit(site, resolved, rendered, client=client, workdir=tmp_path)
     try:
         assert wait_for(result.job_id, {"RUNNING"}, client) == "RUNNING"
     finally:
-        jobs.cancel([result.job_id], client=client)
+        cancel([result.job_id], client=client)
     assert wait_for(result.job_id, {"CANCELLED"}, client) == "CANCELLED"
 
 
@@ -125,9 +128,9 @@ def test_status_of_several_jobs_is_at_most_two_calls(site: Site, data: Path, tmp
     ids = []
     for _ in range(3):
         resolved, rendered = tiny_job(site, "true")
-        ids.append(jobs.submit(site, resolved, rendered, client=submitter, workdir=tmp_path))
+        ids.append(submit(site, resolved, rendered, client=submitter, workdir=tmp_path))
     counting = SlurmClient(Runner())
-    rows = jobs.status(client=counting, cache=jobs.StatusCache(ttl=0))
+    rows = status(client=counting, cache=StatusCache(ttl=0))
     assert {r.job_id for r in rows} >= {s.job_id for s in ids}
     assert counting.runner.calls <= 2
     for s in ids:
@@ -137,8 +140,8 @@ def test_status_of_several_jobs_is_at_most_two_calls(site: Site, data: Path, tmp
 def test_test_only_estimates_without_submitting(site: Site, data: Path, tmp_path) -> None:
     client = SlurmClient()
     resolved, rendered = tiny_job(site, "true")
-    result = jobs.submit(site, resolved, rendered, test_only=True, client=client, workdir=tmp_path)
-    assert isinstance(result, jobs.TestOnlyResult)
+    result = submit(site, resolved, rendered, test_only=True, client=client, workdir=tmp_path)
+    assert isinstance(result, TestOnlyResult)
     assert result.estimate.partition in {p.name for p in site.partitions}
     assert client.find_job_by_comment(rendered.token) is None
     assert Registry().all() == []
@@ -146,14 +149,14 @@ def test_test_only_estimates_without_submitting(site: Site, data: Path, tmp_path
 
 def test_real_sbatch_errors_get_site_hints(site: Site, data: Path, tmp_path: Path) -> None:
     client = SlurmClient()
-    _, rendered = tiny_job(site, "true", gres="gpu:nosuchtype:1")
-    path = tmp_path / "bad.sh"
-    path.write_text(rendered.script)
+    resolved, rendered = tiny_job(site, "true", gres="gpu:nosuchtype:1")
     with pytest.raises(SlurmError) as info:
-        client.sbatch(path, token=rendered.token, workdir=tmp_path, site=site)
+        submit(site, resolved, rendered, client=client, workdir=tmp_path)
     message = str(info.value)
     assert "Requested node configuration is not available" in message
     assert "a100 (A100)" in message
-    path.write_text(rendered.script.replace("--time=5", "--time=5\n#SBATCH --partition=nope"))
+    script = rendered.script.replace("--time=5", "--time=5\n#SBATCH --partition=nope")
+    bad_partition = RenderedJob(script, rendered.sbatch_argv, rendered.token)
     with pytest.raises(SlurmError, match="partitions at site"):
-        client.sbatch(path, token=rendered.token, workdir=tmp_path, site=site)
+        submit(site, resolved, bad_partition, client=client, workdir=tmp_path)
+    assert Registry().all() == []

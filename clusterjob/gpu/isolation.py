@@ -1,0 +1,120 @@
+"""Where an NVML read runs so that a hung driver cannot hold the caller past its timeout.
+
+Two places, picked by the caller of ``read_inventory``: a daemon thread (cheap; the stuck call
+stays behind in the process) or a forked child (the Slurm hooks and ``preflight``: a driver
+stuck in the kernel cannot hold our exit, the child is killed, and whatever NVML prints goes to
+/dev/null instead of into slurmd's log). Both raise ``ReadTimedOut`` when time is up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from clusterjob.errors import NvmlError, NvmlErrorKind
+
+__all__ = ["ReadTimedOut", "in_child", "in_thread", "kill_children"]
+
+T = TypeVar("T")
+
+_CHILDREN: set[int] = set()  # reader children still running
+
+
+class ReadTimedOut(Exception):
+    """The read did not answer within its timeout (the caller words the error)."""
+
+
+def in_thread(read: Callable[[], T], timeout: float) -> T:
+    """``read()`` in a daemon thread; its exception is raised here. ReadTimedOut when late."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(read())
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="clusterjob-nvml", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if failure:
+        raise failure[0]
+    if not result:
+        raise ReadTimedOut
+    return result[0]
+
+
+def in_child(read: Callable[[], T], timeout: float | None) -> T:
+    """``read()`` in a forked child with /dev/null as its stdio; its value comes back pickled.
+
+    An NvmlError in the child is raised here as it was; any other exception becomes
+    NvmlError(UNKNOWN), since it is still an answer and not a hang. ReadTimedOut when the
+    child has not answered within ``timeout`` seconds (it is killed then).
+    """
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        try:
+            os.close(rfd)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            try:
+                payload: tuple[Any, ...] = ("ok", read())
+            except NvmlError as exc:
+                payload = ("error", exc.kind.value, str(exc))
+            except BaseException as exc:  # anything else is still an answer, not a hang
+                payload = ("error", NvmlErrorKind.UNKNOWN.value, f"{type(exc).__name__}: {exc}")
+            view = memoryview(pickle.dumps(payload))
+            while view:
+                view = view[os.write(wfd, view) :]
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    _CHILDREN.add(pid)
+    end = None if timeout is None else time.monotonic() + timeout
+    chunks: list[bytes] = []
+    try:
+        while True:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([rfd], [], [], left)[0]):
+                kill_children()
+                raise ReadTimedOut
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(rfd)
+    _reap(pid, block=True)
+    _CHILDREN.discard(pid)
+    try:
+        payload = pickle.loads(b"".join(chunks))
+    except Exception as exc:
+        raise NvmlError(NvmlErrorKind.UNKNOWN, "the NVML reader ended without an answer") from exc
+    if payload[0] == "ok":
+        value: T = payload[1]
+        return value
+    raise NvmlError(NvmlErrorKind(payload[1]), payload[2])
+
+
+def kill_children() -> None:
+    """Leave no hung reader behind (it may never return from the driver)."""
+    for pid in list(_CHILDREN):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        _reap(pid, block=False)
+        _CHILDREN.discard(pid)
+
+
+def _reap(pid: int, block: bool) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0 if block else os.WNOHANG)

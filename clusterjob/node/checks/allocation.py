@@ -1,0 +1,88 @@
+"""Allocation checks: the job's GPUs as Slurm's variables name them, and what the job asked
+for (``--expect-model``, ``--expect-count``) against what it was given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from clusterjob.node.checks.facts import Facts, Need
+from clusterjob.node.checks.findings import Severity
+from clusterjob.node.checks.registry import Observation, Stage, check
+
+
+@check("alloc-env", Severity.WARNING, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
+def alloc_env_problems(facts: Facts) -> Iterator[Observation]:
+    """Variables that could not be understood (see ``allocation_from_env``)."""
+    problems = facts.allocation.problems if facts.allocation is not None else ()
+    for problem in problems:
+        yield Observation(f"{facts.node}: {problem}")
+
+
+@check("alloc-slot", Severity.ERROR, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
+def alloc_slot_uuids(facts: Facts) -> Iterator[Observation]:
+    """Each GPU UUID in CUDA_VISIBLE_DEVICES must name exactly one GPU of this node."""
+    for u, hits in facts.uuid_matches:
+        if len(hits) != 1:
+            yield Observation(
+                f"{facts.node}: CUDA_VISIBLE_DEVICES names {u}, which is "
+                f"{'no GPU' if not hits else 'more than one GPU'} on this node",
+                expected="a GPU of this node",
+                found=u,
+            )
+
+
+@check("alloc-env", Severity.INFO, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
+def alloc_env_mig(facts: Facts) -> Iterator[Observation]:
+    migs = facts.allocation.mig_devices if facts.allocation is not None else ()
+    if migs:
+        yield Observation(
+            f"{facts.node}: job was given MIG devices ({','.join(migs)}); "
+            "their parent GPUs are not checked per slot"
+        )
+
+
+@check("alloc-slot", Severity.ERROR, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
+def alloc_slot_range(facts: Facts) -> Iterator[Observation]:
+    """Each GRES index the job was given must be a slot of this node."""
+    n = len(facts.node_map) if facts.node_map is not None else len(facts.physical)
+    for s in facts.allocated or ():
+        if s not in facts.slot_gpu:
+            yield Observation(
+                f"{facts.node}: job was given GRES index {s}, but the node has {n} GPU slot(s) "
+                "-- gres.conf and the node map disagree",
+                expected=f"index < {n}",
+                found=str(s),
+            )
+
+
+@check("alloc-count", Severity.ERROR, stage=Stage.REQUEST, needs={Need.EXPECT_COUNT})
+def alloc_count(facts: Facts) -> Iterator[Observation]:
+    got = len(facts.allocated_set) if facts.allocated is not None else 0
+    if got == facts.expect_count:
+        return
+    src = facts.allocation.source if facts.allocation is not None else ""
+    detail = f" ({src})" if src else " (SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES unset)"
+    yield Observation(
+        f"{facts.node}: job asked for {facts.expect_count} GPU(s) on this node, was given "
+        f"{got}{detail if got == 0 else ''}",
+        expected=str(facts.expect_count),
+        found=str(got),
+    )
+
+
+@check("alloc-model", Severity.ERROR, stage=Stage.REQUEST, needs={Need.EXPECT_MODEL})
+def alloc_model(facts: Facts) -> Iterator[Observation]:
+    wanted = facts.expect_model or ""
+    for s, gpu in facts.job_gpus:
+        if gpu is None:
+            continue  # no such slot: alloc-slot reports it
+        found = facts.model_of(gpu)
+        if found is None or found.casefold() != wanted.casefold():
+            yield Observation(
+                f"{facts.where(s, gpu.bus_id)}: job asked for {wanted}, was given "
+                f"{facts.found_text(gpu)}",
+                s,
+                gpu.bus_id,
+                wanted,
+                gpu.name,
+            )

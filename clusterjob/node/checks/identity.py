@@ -1,0 +1,110 @@
+"""Identity checks: is each GPU the model the node map puts in its slot, and is each slot's
+GRES index the device file Slurm hands out for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from clusterjob.gpu.inventory import Gpu
+from clusterjob.node.checks.facts import Facts, Need
+from clusterjob.node.checks.findings import Severity
+from clusterjob.node.checks.registry import Observation, Stage, check
+from clusterjob.site.model import NodeGpu
+
+
+@check("node-unmapped", Severity.WARNING, stage=Stage.MAP)
+def node_unmapped(facts: Facts) -> Iterator[Observation]:
+    if facts.node_map is not None:
+        return
+    yield Observation(
+        f"{facts.node}: not in the site's node map -- only the job's own request and GPU "
+        f"health are checked ({len(facts.physical)} GPU(s) found)",
+        expected="in node map",
+        found="not in node map",
+    )
+
+
+@check("gpu-count", Severity.ERROR, stage=Stage.MAP, needs={Need.NODE_MAP})
+def gpu_count(facts: Facts) -> Iterator[Observation]:
+    expected, found = len(facts.map_slots), len(facts.physical)
+    if found != expected:
+        yield Observation(
+            f"{facts.node}: expected {expected} GPU(s), found {found}",
+            expected=str(expected),
+            found=str(found),
+        )
+
+
+@check("gpu-missing", Severity.ERROR, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+def gpu_missing(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
+    if gpu is not None:
+        return
+    yield Observation(
+        f"{facts.where(slot.slot, slot.bus_id)}: expected {slot.model}, found nothing -- GPU "
+        f"missing or fallen off the bus{facts.match_note}",
+        slot.slot,
+        slot.bus_id,
+        slot.model,
+        None,
+    )
+
+
+@check("model-mismatch", Severity.ERROR, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+def model_mismatch(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
+    if gpu is None or gpu.lost:  # a lost GPU cannot say what it is: gpu-lost reports it
+        return
+    if facts.model_of(gpu) != slot.model:
+        yield Observation(
+            f"{facts.where(slot.slot, gpu.bus_id)}: expected {slot.model}, found "
+            f"{facts.found_text(gpu)} -- boards swapped or node map wrong{facts.match_note}",
+            slot.slot,
+            gpu.bus_id,
+            slot.model,
+            gpu.name,
+        )
+
+
+@check("gpu-uuid", Severity.WARNING, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+def gpu_uuid(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
+    if gpu is None or gpu.lost:
+        return
+    if slot.uuid and gpu.uuid and slot.uuid != gpu.uuid:
+        yield Observation(
+            f"{facts.where(slot.slot, gpu.bus_id)}: expected UUID {slot.uuid}, found "
+            f"{gpu.uuid} -- board replaced or node map out of date",
+            slot.slot,
+            gpu.bus_id,
+            slot.uuid,
+            gpu.uuid,
+        )
+
+
+@check("gpu-extra", Severity.ERROR, stage=Stage.EXTRA, needs={Need.NODE_MAP})
+def gpu_extra(facts: Facts) -> Iterator[Observation]:
+    for gpu in facts.extra:
+        yield Observation(
+            f"{facts.node}: {gpu.bus_id}: expected no GPU, found {facts.found_text(gpu)} -- "
+            "not in the node map, so GRES indices and CUDA indices disagree",
+            None,
+            gpu.bus_id,
+            None,
+            gpu.name,
+        )
+
+
+@check("gres-index", Severity.ERROR, stage=Stage.DEVICE_FILES, needs={Need.NODE_MAP})
+def gres_index(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
+    """A warning while no job of ours has the slot: its jobs would get another GPU."""
+    if gpu is None or gpu.lost or gpu.minor is None or gpu.minor == slot.slot:
+        return
+    yield Observation(
+        f"{facts.where(slot.slot, gpu.bus_id)}: GRES index {slot.slot} is "
+        f"/dev/nvidia{gpu.minor} (minor {gpu.minor}) -- with gres.conf "
+        f"File=/dev/nvidia{slot.slot} this slot's job gets another GPU; use "
+        "AutoDetect=nvml or list File= in bus order",
+        slot.slot,
+        gpu.bus_id,
+        f"minor {slot.slot}",
+        f"minor {gpu.minor}",
+        severity=None if slot.slot in facts.allocated_set else Severity.WARNING,
+    )

@@ -1,0 +1,142 @@
+"""The registry of node checks: each check is one function, registered with ``@check``.
+
+A check declares its stable id (what logs and JSON carry), its severity, the stage it runs
+in and the facts it needs; it yields ``Observation``s, which the runner turns into
+``Finding``s with that id, severity and the node's name. Adding a check is adding one
+decorated function to the file of its family (and its tests)::
+
+    @check("gpu-uuid", Severity.WARNING, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+    def gpu_uuid(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]: ...
+
+The stage fixes the order of the findings (the first error is what the Prolog drains
+with); within a stage, checks run in the order they are defined. A per-node check takes
+``(facts)``, a per-slot one ``(facts, slot, gpu)`` for each map slot, a per-GPU one
+``(facts, gpu)`` for each GPU in PCI order. One id may name two functions of a family
+(``alloc-env``: problems with the variables, and MIG devices as information).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from itertools import groupby
+from typing import Any, TypeVar
+
+from clusterjob.node.checks.facts import Facts, Need
+from clusterjob.node.checks.findings import Finding, Severity
+
+__all__ = ["REGISTRY", "Check", "Observation", "Registry", "Scope", "Stage", "check"]
+
+
+class Scope(str, Enum):
+    """What a check is called for: the node once, each map slot, or each GPU NVML sees."""
+
+    NODE = "node"
+    SLOT = "slot"
+    GPU = "gpu"
+
+
+class Stage(IntEnum):
+    """The fixed order the checks run in."""
+
+    MAP = 1  # the node against its map entry as a whole
+    SLOTS = 2  # each map slot against the GPU in it
+    EXTRA = 3  # GPUs the map does not know
+    ALLOCATION = 4  # the job's GPUs, as the environment names them
+    DEVICE_FILES = 5  # each slot's GRES index against its /dev/nvidiaN
+    REQUEST = 6  # what the job asked for against what it was given
+    ORDERING = 7  # CUDA's device order
+    HEALTH = 8  # each GPU's health
+
+    @property
+    def scope(self) -> Scope:
+        if self in (Stage.SLOTS, Stage.DEVICE_FILES):
+            return Scope.SLOT
+        if self is Stage.HEALTH:
+            return Scope.GPU
+        return Scope.NODE
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one check found; the runner adds the check's id, its severity and the node."""
+
+    message: str  # one line naming node, slot, bus ID, expected and found
+    slot: int | None = None
+    bus_id: str | None = None
+    expected: str | None = None
+    found: str | None = None
+    severity: Severity | None = None  # None: the check's; lower only (e.g. not the job's GPU)
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    severity: Severity  # the worst it reports
+    stage: Stage
+    needs: frozenset[Need]
+    run: Callable[..., Iterable[Observation]]
+
+    def finding(self, node: str, o: Observation) -> Finding:
+        severity = o.severity or self.severity
+        return Finding(self.id, severity, node, o.message, o.slot, o.bus_id, o.expected, o.found)
+
+
+F = TypeVar("F", bound=Callable[..., Iterable[Observation]])
+
+
+class Registry:
+    """Checks in the order they run: by stage, then as registered."""
+
+    def __init__(self) -> None:
+        self._checks: list[Check] = []
+
+    def check(
+        self,
+        check_id: str,
+        severity: Severity,
+        *,
+        stage: Stage,
+        needs: Collection[Need] = (),
+    ) -> Callable[[F], F]:
+        """Register the decorated function as a check; the function itself is unchanged."""
+
+        def register(func: F) -> F:
+            self._checks.append(Check(check_id, severity, stage, frozenset(needs), func))
+            return func
+
+        return register
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return tuple(sorted(self._checks, key=lambda c: c.stage))  # stable: registration order
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Every check id, once each, in run order."""
+        return tuple(dict.fromkeys(c.id for c in self.checks))
+
+    def run(self, facts: Facts) -> list[Finding]:
+        """Every finding of every check whose facts are there, in the fixed order."""
+        findings: list[Finding] = []
+        for stage, group in groupby(self.checks, key=lambda c: c.stage):
+            active = [c for c in group if all(facts.has(n) for n in c.needs)]
+            for args in _targets(facts, stage.scope):
+                for c in active:
+                    findings.extend(c.finding(facts.node, o) for o in c.run(facts, *args))
+        return findings
+
+
+def _targets(facts: Facts, scope: Scope) -> Iterator[tuple[Any, ...]]:
+    """The arguments after ``facts`` for each call of a check of ``scope``."""
+    if scope is Scope.SLOT:
+        yield from facts.pairs
+    elif scope is Scope.GPU:
+        yield from ((gpu,) for gpu in facts.physical)
+    else:
+        yield ()
+
+
+REGISTRY = Registry()
+check = REGISTRY.check

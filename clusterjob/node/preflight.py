@@ -1,0 +1,69 @@
+"""The core of ``clusterjob preflight`` (in the job) and of ``clusterjob gpus``.
+
+Same checks as the Prolog, plus what only the job knows: the model and count it asked for,
+and its ``CUDA_DEVICE_ORDER``. NVML is read in a child with the Prolog's deadline, so
+neither command hangs on a stuck driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from clusterjob.errors import UsageError
+from clusterjob.gpu.inventory import GpuInventory, read_inventory
+from clusterjob.node.allocation import Context, allocation_from_env
+from clusterjob.node.checks import Facts, PreflightReport, run_checks
+from clusterjob.node.context import DEFAULT_POLICY
+from clusterjob.site.nodeview import load_node_view
+
+__all__ = ["read_gpus", "run_preflight"]
+
+
+def read_gpus(timeout: float = DEFAULT_POLICY.deadline_seconds) -> GpuInventory:
+    """This node's inventory, with the same never-hang guarantee as the Prolog."""
+    return read_inventory(timeout, isolate=True)
+
+
+def run_preflight(
+    site_path: str | Path | None,
+    node: str,
+    environ: Mapping[str, str],
+    expect_model: str | None = None,
+    expect_count: int | None = None,
+    read: Callable[[float], GpuInventory] = read_gpus,
+) -> PreflightReport:
+    """The job-side preflight: this node's GPUs against the map and the job's request.
+
+    Raises SiteNotFound/ConfigError for the config, UsageError for an unknown model,
+    NvmlError when NVML cannot be read. Error findings are in the report, not raised.
+    """
+    from clusterjob.site.discovery import find_site
+
+    path = find_site(
+        str(site_path) if site_path else None,
+        environ=environ,
+        cluster_name=environ.get("SLURM_CLUSTER_NAME"),  # set by Slurm in jobs; no Slurm call
+    )
+    view = load_node_view(path, node, None)
+    if expect_model is not None:
+        canonical = next((m for m in view.models if m.casefold() == expect_model.casefold()), None)
+        if canonical is None:
+            known = ", ".join(sorted(view.models)) or "none"
+            raise UsageError(f"unknown GPU model {expect_model!r} (site models: {known})")
+        expect_model = canonical
+    if expect_count is not None and expect_count < 0:
+        raise UsageError(f"expected GPU count must be >= 0, got {expect_count}")
+    inventory = read(view.prolog.deadline_seconds)
+    facts = Facts(
+        node,
+        view.gpus,
+        view.models,
+        inventory,
+        allocation_from_env(environ, Context.JOB),
+        expect_model=expect_model,
+        expect_count=expect_count,
+        context=Context.JOB,
+        cuda_device_order=environ.get("CUDA_DEVICE_ORDER"),
+    )
+    return run_checks(facts)
