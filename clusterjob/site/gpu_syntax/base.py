@@ -53,6 +53,22 @@ class GpuRequestSyntax(ABC):
         return self.name
 
 
+class TypedCountSyntax(GpuRequestSyntax):
+    """A syntax that is one option, ``OPTION=[TYPE:]N``, with the model's GRES type (typed
+    requests may be required) and N per node, or the job's total when ``per_job``. Most
+    syntaxes are this, so theirs is data: the option's spelling and what N counts."""
+
+    option: ClassVar[str]  # e.g. "--gres=gpu:" or "--gpus-per-node="
+    per_job: ClassVar[bool] = False  # N is the total over all nodes (--gpus)
+
+    def gaps(self, model: GpuModel, type_required: bool) -> tuple[ModelGap, ...]:
+        return gaps_of(gres_type_gap(self, model, type_required))
+
+    def options(self, model: GpuModel, gpus: int, nodes: int, type_required: bool) -> GpuOptions:
+        count = gpus * nodes if self.per_job else gpus
+        return GpuOptions((f"{self.option}{type_prefix(model.gres_type)}{count}",), model.gres_type)
+
+
 _REGISTRY: dict[str, GpuRequestSyntax] = {}
 
 _S = TypeVar("_S", bound=type[GpuRequestSyntax])
