@@ -62,9 +62,12 @@ def test_parse_gres(text, expected):
     assert parse_gres(text) == expected
 
 
-def test_parse_gres_rejects_garbage():
-    with pytest.raises(ValueError, match="cannot read GRES item"):
-        parse_gres("gpu:a:b:c:2")
+def test_parse_gres_leaves_an_unknown_item_out_and_says_so_at_debug_level(caplog):
+    """One item of a form it cannot read must not stop `avail` or `site diff` for every node."""
+    with caplog.at_level("DEBUG", logger="clusterjob.slurm"):
+        entries = parse_gres("gpu:a:b:c:2,gpu:a100:2")
+    assert entries == [GresEntry("gpu", "a100", 2)]
+    assert "gpu:a:b:c:2" in caplog.text
 
 
 def test_gpu_counts_leave_other_gres_out():

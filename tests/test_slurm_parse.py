@@ -64,7 +64,11 @@ def test_parse_test_only_rejects_an_error() -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("sbatch_err_partition.stderr.txt", "Invalid partition name specified"),
+        # every error line, once each, Slurm's own summary last
+        (
+            "sbatch_err_partition.stderr.txt",
+            "invalid partition specified: nope; Invalid partition name specified",
+        ),
         ("sbatch_err_invalid_gres.stderr.txt", "Invalid generic resource (gres) specification"),
         ("sbatch_err_bad_gres_type.stderr.txt", "Requested node configuration is not available"),
         ("sbatch_err_socket_timeout.stderr.txt", "Socket timed out on send/recv operation"),

@@ -96,6 +96,16 @@ def sbatch_hint(message: str, site: Site | None) -> str:
     """A next step for a known sbatch error, naming what this site offers."""
     m = message.casefold()
     where = f" at site {site.name}" if site else ""
+    # a site's own words first: they say more than Slurm's summary after them
+    if any(w in m for w in ("must always specify a type", "specify a gpu type", "gpu:type")):
+        extra = f"; types here: {_gres_types(site)}" if site else ""
+        return f"this cluster requires a GPU type: pass --model{extra}"
+    if "cannot find gpu specification" in m:
+        extra = f"; partitions{where}: {_partitions(site)}" if site else ""
+        return (
+            "this partition takes only jobs that ask for GPUs: pass --gpus N (with --model), "
+            f"or submit to a CPU partition{extra}"
+        )
     if "invalid generic resource" in m:
         if site:
             return (
@@ -103,9 +113,6 @@ def sbatch_hint(message: str, site: Site | None) -> str:
                 f"{_gres_types(site)}; ask with --model instead of raw --gres"
             )
         return "the --gres/--gpus request is malformed or names an unknown GRES type"
-    if "must always specify a type" in m:
-        extra = f"; types here: {_gres_types(site)}" if site else ""
-        return f"this cluster requires a GPU type: pass --model{extra}"
     if "requested node configuration is not available" in m:
         extra = (
             f"; GPU types{where}: {_gres_types(site)}; partitions: {_partitions(site)}"
@@ -138,10 +145,12 @@ def sbatch_hint(message: str, site: Site | None) -> str:
 
 
 def with_sbatch_hint(exc: SlurmError, site: Site | None) -> SlurmError:
-    """The same error, with sbatch's own message and a site-aware hint."""
+    """The same error, with every error line of sbatch on one line (a job_submit plugin's own
+    words first, Slurm's summary last) and a hint matched on any of them; the whole stderr
+    follows on the next lines."""
     message = parse.sbatch_error_message(exc.stderr)
     hint = sbatch_hint(message, site)
-    stderr = message if message else exc.stderr
+    stderr = f"{message}\n{exc.stderr}" if message and message != exc.stderr else exc.stderr
     return type(exc)(exc.cmd, exc.returncode, stderr, hint=hint)
 
 

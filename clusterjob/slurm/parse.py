@@ -124,11 +124,17 @@ _JOB_ID = re.compile(r"^(\d+)(?:;(\S+))?$")
 
 def gpu_tres(text: str | None) -> str | None:
     """The GPU part of a TRES list: from sacct's AllocTRES ``cpu=2,gres/gpu:a100=2,gres/gpu=2``
-    keep ``gres/gpu:a100=2,gres/gpu=2``; from squeue's ``gres:gpu:a100:2``, that."""
+    keep ``gres/gpu:a100=2,gres/gpu=2``; from squeue's ``gres:gpu:a100:2`` (21.08 on),
+    ``gres/gpu:a100:1`` (24.11 on) or ``gpu:1`` (before 21.08), that."""
     if not text:
         return None
-    parts = [p for p in text.split(",") if p.startswith(("gres/gpu", "gres:gpu"))]
+    parts = [p for p in _split_top(text) if _is_gpu_tres(p)]
     return ",".join(parts) or None
+
+
+def _is_gpu_tres(item: str) -> bool:
+    bare = item.removeprefix("gres:").removeprefix("gres/")
+    return bare == "gpu" or bare.startswith(("gpu:", "gpu=", "gpu("))
 
 
 def parse_job_id(stdout: str) -> SubmittedJobId:
@@ -154,17 +160,25 @@ class StartEstimate:
     partition: str
 
 
+# 26.05 (and a 2026 report from another site) print a stray word before "using":
+# "Job 143 to start at 2026-12-04T13:37:08 a using 1 processors on nodes gpu2 in partition gpu".
 _TEST_ONLY = re.compile(
-    r"Job (?P<job>\d+) to start at (?P<start>\S+) using (?P<procs>\d+) processors? "
-    r"on nodes (?P<nodes>\S+) in partition (?P<part>\S+)"
+    r"Job (?P<job>\d+) to start at (?P<start>\S+)(?: +\S+)*? +using (?P<procs>\d+) "
+    r"processors? +on nodes (?P<nodes>\S+) +in partition (?P<part>\S+)"
 )
 
 
 def parse_test_only(output: str) -> StartEstimate:
-    """``sbatch --test-only`` prints its estimate on stderr (exit 0)."""
+    """``sbatch --test-only`` prints its estimate on stderr (exit 0).
+
+    Words Slurm adds between the known ones are skipped; anything else is a ValueError that
+    quotes the line (the one naming a start, or all of the output).
+    """
     m = _TEST_ONLY.search(output)
     if not m:
-        raise ValueError(f"unexpected sbatch --test-only output: {output.strip()!r}")
+        said = [line.strip() for line in output.splitlines() if "to start at" in line]
+        raw = said[0] if said else output.strip()
+        raise ValueError(f"unexpected sbatch --test-only output: {raw!r}")
     return StartEstimate(
         job_id=m.group("job"),
         start_text=m.group("start"),
@@ -175,16 +189,39 @@ def parse_test_only(output: str) -> StartEstimate:
     )
 
 
-def sbatch_error_message(stderr: str) -> str:
-    """The meaningful part of sbatch's error lines (the last ``error:`` line)."""
-    messages = [
-        line.split("error:", 1)[1].strip() for line in stderr.splitlines() if "error:" in line
-    ]
+_SUBMISSION_FAILED = "Batch job submission failed:"
+
+
+def sbatch_error_messages(stderr: str) -> list[str]:
+    """Every ``error:`` line of sbatch's stderr, without the ``sbatch: error:`` prefix, once
+    each: what a job_submit plugin (or a wrapper) said first, Slurm's own
+    ``Batch job submission failed: ...`` summary last. An indented line right after an error
+    line continues it. No error line: the whole stderr, as one message.
+    """
+    found: list[str] = []
+    for line in stderr.splitlines():
+        if "error:" in line:
+            found.append(line.split("error:", 1)[1].strip())
+        elif found and line[:1].isspace() and line.strip():
+            found[-1] = f"{found[-1]} {line.strip()}"
+    messages = list(dict.fromkeys(m for m in found if m))
     if not messages:
-        return stderr.strip()
-    last = messages[-1]
-    prefix = "Batch job submission failed:"
-    return last[len(prefix) :].strip() if last.startswith(prefix) else last
+        return [stderr.strip()] if stderr.strip() else []
+    own = [m for m in messages if _submission_failed(m)]
+    return [m for m in messages if m not in own] + own
+
+
+def _submission_failed(message: str) -> bool:
+    return message.casefold().startswith(_SUBMISSION_FAILED.casefold())
+
+
+def sbatch_error_message(stderr: str) -> str:
+    """sbatch's error lines as one line (``sbatch_error_messages`` joined by ``; ``), with
+    Slurm's ``Batch job submission failed:`` prefix dropped: ``Unspecified error`` alone says
+    nothing, the plugin's line before it does."""
+    messages = sbatch_error_messages(stderr)
+    cut = len(_SUBMISSION_FAILED)
+    return "; ".join(m[cut:].strip() if _submission_failed(m) else m for m in messages)
 
 
 # --- squeue -------------------------------------------------------------------------------
@@ -322,24 +359,55 @@ def parse_sacct(stdout: str) -> list[AccountedJob]:
 
 # A key starts after whitespace and ends at "=": JobId, AllocNode:Sid, CPUs/Task, ReqB:S:C:T.
 _KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/.]*)=")
+# Fields printed as ``Key:value`` instead of ``Key=value`` (``scontrol show job``, 20.11 on).
+_COLON_FIELD = re.compile(r"(?:(?<=\s)|^)(NtasksPerTRES):(\S*)(?=\s|$)")
+
+
+def scontrol_records(stdout: str, first_key: str) -> list[str]:
+    """``scontrol show ...`` output as one string per record, with or without ``-o``: a record
+    starts at a line beginning ``first_key=``; indented lines after it continue it (kept as
+    lines, so a rest-of-line value such as a node's Reason ends with its own line)."""
+    records: list[str] = []
+    current: list[str] | None = None
+    for line in stdout.splitlines():
+        if line.startswith(first_key + "="):
+            current = [line.strip()]
+            records.append("")
+        elif not line.strip():
+            continue  # records are printed with blank lines between them (and pasted so)
+        elif current is not None and line[:1].isspace():
+            current.append(line.strip())
+        else:
+            current = None
+            continue
+        records[-1] = "\n".join(current)
+    return records
 
 
 def parse_scontrol_record(line: str, *, rest_of_line: tuple[str, ...] = ()) -> dict[str, str]:
-    """One ``scontrol show ... -o`` record into key -> value.
+    """One ``scontrol show ...`` record (a ``-o`` line, or ``scontrol_records``' lines joined
+    by newlines) into key -> value.
 
     Values may contain spaces (``OS=Linux 6.1 #1 SMP``, a drain Reason), so a value runs to
-    the next `` Key=``. Keys in ``rest_of_line`` take everything after them (a node's
-    ``Reason=`` is free text a person typed and may itself contain ``=``).
+    the next `` Key=``. Keys in ``rest_of_line`` take everything to the end of their line (a
+    node's ``Reason=`` is free text a person typed and may itself contain ``=``).
+    ``NtasksPerTRES:0`` is read as ``NtasksPerTRES=0``.
     """
     record: dict[str, str] = {}
+    line = _COLON_FIELD.sub(r"\1=\2", line)
     matches = list(_KEY.finditer(line))
+    skip_to = 0
     for i, m in enumerate(matches):
+        if m.start() < skip_to:
+            continue  # a "Key=" inside a rest-of-line value
         key = m.group(1)
-        if key in record and key not in rest_of_line:
-            continue  # a "Key=" inside an earlier rest-of-line value
         if key in rest_of_line:
-            record[key] = line[m.end() :].strip()
-            break
+            eol = line.find("\n", m.end())
+            skip_to = len(line) if eol < 0 else eol
+            record[key] = line[m.end() : skip_to].strip()
+            continue
+        if key in record:
+            continue
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
         record[key] = line[m.end() : end].strip()
     return record
@@ -365,14 +433,20 @@ class ControlJob:
     stderr: str | None
     comment: str | None
     tres_per_node: str | None
+    tres_per_job: str | None = None
+    tres_per_task: str | None = None
     raw: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def gpus(self) -> dict[str | None, int]:
+        """GPU type -> GPUs of the whole job (``job_gpu_counts``)."""
+        return job_gpu_counts(self.raw)
 
 
 def parse_scontrol_jobs(stdout: str) -> list[ControlJob]:
+    """``scontrol show job`` records, one line each (``-o``) or as printed for people."""
     jobs = []
-    for line in stdout.splitlines():
-        if not line.startswith("JobId="):
-            continue
+    for line in scontrol_records(stdout, "JobId"):
         r = parse_scontrol_record(line)
         code, sig = parse_exit_code(r.get("ExitCode", ""))
         jobs.append(
@@ -393,6 +467,8 @@ def parse_scontrol_jobs(stdout: str) -> list[ControlJob]:
                 stderr=_null(r.get("StdErr", "")),
                 comment=_null(r.get("Comment", "")),
                 tres_per_node=_null(r.get("TresPerNode", "")),
+                tres_per_job=_null(r.get("TresPerJob", "")),
+                tres_per_task=_null(r.get("TresPerTask", "")),
                 raw=r,
             )
         )
@@ -429,9 +505,7 @@ class NodeRecord:
 
 def parse_scontrol_nodes(stdout: str) -> list[NodeRecord]:
     nodes = []
-    for line in stdout.splitlines():
-        if not line.startswith("NodeName="):
-            continue
+    for line in scontrol_records(stdout, "NodeName"):
         r = parse_scontrol_record(line, rest_of_line=("Reason",))
         state, *flags = r.get("State", "").split("+")
         nodes.append(
@@ -467,12 +541,14 @@ def node_unavailable(node: NodeRecord) -> bool:
 
 @dataclass(frozen=True)
 class GresEntry:
-    """One ``name[:type]:count[(...)]`` item of a node's Gres= or GresUsed= value."""
+    """One ``name[:type][:flags]:count[(S:..)][(IDX:..)]`` item of a node's Gres= or GresUsed=
+    value (or of a job's TRES per node/job/task, ``gres:`` prefix removed)."""
 
     name: str  # "gpu"
     type: str | None  # "a100"; None when untyped
     count: int
     indices: str | None = None  # GresUsed's IDX part ("0-1"); None for N/A or not printed
+    flags: tuple[str, ...] = ()  # e.g. ("no_consume",)
 
 
 def _split_top(text: str) -> list[str]:
@@ -492,36 +568,71 @@ def _split_top(text: str) -> list[str]:
 
 _COUNT = re.compile(r"^(\d+)([KMGTP]?)$")
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+# Flags Slurm prints inside an item (slurm.conf Gres=NAME[:TYPE][:no_consume]:COUNT; sharing
+# flags of gres.conf).
+GRES_FLAGS = frozenset({"no_consume", "shared", "one_sharing", "all_sharing", "explicit"})
+_GRES_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_.-]*\Z")
+_GRES_TYPE = re.compile(r"\A[A-Za-z0-9_.+-]+\Z")
+
+
+def parse_gres_item(item: str) -> GresEntry | None:
+    """One item, e.g. ``gpu:a100:4(S:0-3)``, ``gpu:a100:2(IDX:0,3)``, ``gpu:2080:2`` (numeric
+    type), ``gpu:a100_3g.20gb:1`` (MIG), ``pfsdir:scratch:no_consume:1``, ``nsight:no_consume:1``,
+    ``gpu:(null):0(IDX:N/A)``, ``tmp:844G``, ``gpu`` (count 1). None when it is none of these."""
+    indices = None
+    for extra in re.findall(r"\(([^()]*)\)", item):
+        if extra.startswith("IDX:"):
+            value = extra[4:]
+            indices = None if value in ("N/A", "") else value
+    base = re.sub(r"\([^()]*\)", "", item).strip()
+    if not base or "(" in base or ")" in base:
+        return None
+    name, *rest = base.split(":")
+    if not _GRES_NAME.match(name):
+        return None
+    count = 1
+    if rest:
+        m = _COUNT.match(rest[-1])
+        if m is None:
+            if len(rest) != 1:  # name:type with the count left out is read as 1
+                return None
+        else:
+            count = int(m.group(1)) * _UNITS[m.group(2)]
+            rest = rest[:-1]
+    flags = tuple(p for p in rest if p.casefold() in GRES_FLAGS)
+    types = [p for p in rest if p.casefold() not in GRES_FLAGS]
+    if len(types) > 1:
+        return None
+    gres_type = types[0] if types and types[0] not in ("", "(null)") else None
+    if gres_type is not None and not _GRES_TYPE.match(gres_type):
+        return None
+    return GresEntry(name, gres_type, count, indices, flags)
+
+
+def parse_gres_items(text: str | None) -> tuple[list[GresEntry], list[str]]:
+    """A ``Gres=``/``GresUsed=`` value as entries, and the items it could not read."""
+    entries: list[GresEntry] = []
+    unknown: list[str] = []
+    if text is None or text.strip() in ("", "(null)", "N/A"):
+        return entries, unknown
+    for item in _split_top(text.strip()):
+        entry = parse_gres_item(item)
+        if entry is None:
+            unknown.append(item)
+        else:
+            entries.append(entry)
+    return entries, unknown
 
 
 def parse_gres(text: str | None) -> list[GresEntry]:
     """A node's ``Gres=`` or ``GresUsed=`` value as entries, every GRES name kept.
 
-    Handles 22.05's ``gpu:a100:2(IDX:0-1)`` / ``gpu:v100:0(IDX:N/A)``, the socket suffix of
-    newer releases (``gpu:a40:1(S:0,2,4)``), untyped ``gpu:2``, ``gpu:(null):2`` and
-    ``gpu`` alone (count 1). Raises ValueError on an item it cannot read.
+    Every form of ``parse_gres_item``; never raises: an item of an unknown form is left out
+    (it is not counted as a GPU) and named at debug level.
     """
-    entries: list[GresEntry] = []
-    if text is None or text.strip() in ("", "(null)", "N/A"):
-        return entries
-    for item in _split_top(text.strip()):
-        indices = None
-        base = item
-        for extra in re.findall(r"\(([^()]*)\)", item):
-            if extra.startswith("IDX:"):
-                value = extra[4:]
-                indices = None if value in ("N/A", "") else value
-        base = re.sub(r"\([^()]*\)", "", item)
-        parts = base.split(":")
-        count = 1
-        m = _COUNT.match(parts[-1]) if len(parts) > 1 else None
-        if m:
-            count = int(m.group(1)) * _UNITS[m.group(2)]
-            parts = parts[:-1]
-        if not parts or not parts[0] or len(parts) > 2:
-            raise ValueError(f"cannot read GRES item {item!r}")
-        gres_type = parts[1] if len(parts) == 2 and parts[1] not in ("", "(null)") else None
-        entries.append(GresEntry(parts[0], gres_type, count, indices))
+    entries, unknown = parse_gres_items(text)
+    for item in unknown:
+        log.debug("ignored GRES item %r (in %r)", item, text)
     return entries
 
 
@@ -534,25 +645,71 @@ def gpu_counts(text: str | None) -> dict[str | None, int]:
     return counts
 
 
-def alloc_tres_gpu_counts(text: str | None) -> dict[str | None, int]:
-    """GPU type -> count in use from AllocTRES (``cpu=2,gres/gpu=2,gres/gpu:a100=2``).
+def tres_gpu_counts(text: str | None) -> dict[str | None, int]:
+    """GPU type -> count in any TRES spelling Slurm prints.
 
-    Typed entries win; an untyped ``gres/gpu=N`` counts only where no type is listed. For
-    releases whose ``scontrol show node -d`` prints no GresUsed.
+    ``key=value`` lists (AllocTRES, TRES, CfgTRES, ReqTRES: ``cpu=2,gres/gpu=2,gres/gpu:a100=2``):
+    typed entries win, an untyped ``gres/gpu=N`` counts only where no type is listed. Colon
+    lists (TresPerNode/Job/Task and squeue's tres-per-*: ``gres:gpu:a100:2`` from 21.08,
+    ``gres/gpu:a100:1`` from 24.11, ``gpu:1`` before 21.08, ``gres:gpu:rtx2080`` for 1).
     """
     typed: dict[str | None, int] = {}
     total: int | None = None
-    for part in (text or "").split(","):
-        key, sep, value = part.partition("=")
-        if not sep or not key.startswith("gres/gpu") or not value.isdigit():
+    listed: dict[str | None, int] = {}
+    for item in _split_top(text or ""):
+        key, sep, value = item.partition("=")
+        if sep:
+            if not value.isdigit():
+                continue
+            if key == "gres/gpu":
+                total = int(value)
+            elif key.startswith("gres/gpu:"):
+                typed[key[len("gres/gpu:") :]] = int(value)
             continue
-        if key == "gres/gpu":
-            total = int(value)
-        elif key.startswith("gres/gpu:"):
-            typed[key[len("gres/gpu:") :]] = int(value)
+        entry = parse_gres_item(item.removeprefix("gres:").removeprefix("gres/"))
+        if entry is None:
+            log.debug("ignored TRES item %r (in %r)", item, text)
+        elif entry.name == "gpu":
+            listed[entry.type] = listed.get(entry.type, 0) + entry.count
+    if listed:
+        return listed
     if typed:
         return typed
     return {None: total} if total else {}
+
+
+def alloc_tres_gpu_counts(text: str | None) -> dict[str | None, int]:
+    """GPU type -> count in use from a node's AllocTRES (``cpu=2,gres/gpu=2,gres/gpu:a100=2``),
+    for releases whose ``scontrol show node -d`` prints no GresUsed."""
+    return tres_gpu_counts(text)
+
+
+def _first_int(text: str | None) -> int:
+    m = re.match(r"\d+", text or "")
+    return int(m.group()) if m else 1
+
+
+def job_gpu_counts(record: Mapping[str, str]) -> dict[str | None, int]:
+    """GPU type -> GPUs of a whole job, from an ``scontrol show job`` record.
+
+    What it was given (``AllocTRES``, or ``TRES`` before 23.02) when that names GPUs;
+    otherwise what it asked for: ``TresPerJob`` (``--gpus``), ``TresPerNode`` (``--gres``,
+    ``--gpus-per-node``) times ``NumNodes``, ``TresPerTask`` (``--gpus-per-task``) times
+    ``NumTasks``. Empty when the job has no GPUs.
+    """
+    for key in ("AllocTRES", "TRES"):
+        counts = tres_gpu_counts(record.get(key))
+        if counts:
+            return counts
+    per_job = tres_gpu_counts(record.get("TresPerJob"))
+    if per_job:
+        return per_job
+    for key, times in (("TresPerNode", "NumNodes"), ("TresPerTask", "NumTasks")):
+        counts = tres_gpu_counts(record.get(key))
+        if counts:
+            n = _first_int(record.get(times))
+            return {t: c * n for t, c in counts.items()}
+    return {}
 
 
 @dataclass(frozen=True)
@@ -569,9 +726,7 @@ class PartitionRecord:
 
 def parse_scontrol_partitions(stdout: str) -> list[PartitionRecord]:
     partitions = []
-    for line in stdout.splitlines():
-        if not line.startswith("PartitionName="):
-            continue
+    for line in scontrol_records(stdout, "PartitionName"):
         r = parse_scontrol_record(line)
         partitions.append(
             PartitionRecord(
