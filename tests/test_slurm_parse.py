@@ -73,6 +73,15 @@ def test_parse_test_only_rejects_an_error() -> None:
         ("sbatch_err_bad_gres_type.stderr.txt", "Requested node configuration is not available"),
         ("sbatch_err_socket_timeout.stderr.txt", "Socket timed out on send/recv operation"),
         ("sbatch_err_missing_script.stderr.txt", "Unable to open file nothere.sh"),
+        # the sandbox's job_submit.lua: its line first, Slurm's summary after
+        (
+            "sbatch_err_job_submit_lua.stderr.txt",
+            "You must always specify a type when requesting gpu GRES; Unspecified error",
+        ),
+        (
+            "sbatch_test_only_err_job_submit_lua.stderr.txt",
+            "You must always specify a type when requesting gpu GRES; Unspecified error",
+        ),
     ],
 )
 def test_sbatch_error_message(name: str, message: str) -> None:

@@ -268,6 +268,7 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
     gres_conf, node_gres = config.gres_from_site(load_site(layout.site_yaml), layout)
     _write(layout.gres_conf, gres_conf, 0o644)
     _write(layout.slurm_conf, config.slurm_conf(layout, ports, node_gres, hooks=hooks), 0o644)
+    _write(layout.job_submit_lua, config.JOB_SUBMIT_LUA, 0o644)
     _write(layout.slurmdbd_conf, config.slurmdbd_conf(layout, ports, _db_password(layout)), 0o600)
     _write(layout.hooks_dir / "prolog", config.prolog_script(layout), 0o755)
     _write(layout.hooks_dir / "task-prolog", config.task_prolog_script(layout), 0o755)

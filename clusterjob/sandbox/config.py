@@ -131,6 +131,10 @@ class Layout:
         return self.state_dir / "gres.conf"
 
     @property
+    def job_submit_lua(self) -> Path:  # job_submit/lua reads it next to slurm.conf
+        return self.state_dir / "job_submit.lua"
+
+    @property
     def site_yaml(self) -> Path:
         return self.state_dir / "site.yaml"
 
@@ -230,7 +234,9 @@ def slurm_conf(
         # Without a default a job gets all of a node's memory, and nodes could not be shared.
         "DefMemPerCPU=1024",
         "SlurmdParameters=config_overrides",
-        "GresTypes=gpu",
+        f"GresTypes=gpu,{COUNT_ONLY_GRES.split(':', 1)[0]}",
+        # A site rule as real sites write it (job_submit/lua): a GPU request must name a type.
+        "JobSubmitPlugins=lua",
         "MpiDefault=none",
         "ReturnToService=2",
         "MinJobAge=3600",
@@ -256,7 +262,7 @@ def slurm_conf(
         lines.append(
             f"NodeName={node.name} NodeAddr=127.0.0.1 NodeHostname=localhost"
             f" Port={ports.slurmd[node.name]} CPUs={node.cpus} RealMemory={node.memory_mb}"
-            f" Gres={node_gres[node.name]} State=UNKNOWN"
+            f" Gres={node_gres[node.name]},{COUNT_ONLY_GRES} State=UNKNOWN"
         )
     for name, (hostlist, default) in PARTITIONS.items():
         lines.append(
@@ -264,6 +270,45 @@ def slurm_conf(
             " MaxTime=2-00:00:00 State=UP"
         )
     return "\n".join(lines) + "\n"
+
+
+# A count-only GRES beside the GPUs on every node, as sites list scratch space or licences
+# (Ohio Supercomputer Center's GPU nodes print `pfsdir:scratch:no_consume:1`): GPU counts in
+# `avail` and `site diff` must not be thrown by it.
+COUNT_ONLY_GRES = "pfsdir:scratch:no_consume:1"
+
+# Refuses a GPU request without a type, with the words such sites' plugins print (sbatch
+# then says "Batch job submission failed: Unspecified error" after them).
+JOB_SUBMIT_LUA = """\
+-- Written by `clusterjob sandbox up`; regenerated on every start.
+local function untyped_gpu(tres)
+   if tres == nil then
+      return false
+   end
+   for item in string.gmatch(tres, "[^,]+") do
+      local bare = string.gsub(item, "^gres[:/]", "")
+      if bare == "gpu" or string.match(bare, "^gpu:%d+$") then
+         return true
+      end
+   end
+   return false
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+   -- by name: a table of the values would stop ipairs at the first one that is nil
+   for _, key in ipairs({"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}) do
+      if untyped_gpu(job_desc[key]) then
+         slurm.log_user("You must always specify a type when requesting gpu GRES")
+         return slurm.ERROR
+      end
+   end
+   return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+   return slurm.SUCCESS
+end
+"""
 
 
 def slurmdbd_conf(layout: Layout, ports: Ports, db_password: str) -> str:

@@ -17,7 +17,7 @@ import hostlist
 from clusterjob.site.admin import node_gres_strings
 from clusterjob.site.model import Site
 from clusterjob.slurm.commands import SlurmClient
-from clusterjob.slurm.parse import NodeRecord, PartitionRecord, gpu_counts
+from clusterjob.slurm.parse import NodeRecord, PartitionRecord, gpu_counts, gpu_gres
 
 # Reasons the clusterjob Prolog leaves: Slurm's own "Prolog error" when the Prolog exits
 # non-zero, or the reason clusterjob sets itself ("clusterjob: GPU 1 is V100, ...").
@@ -28,7 +28,7 @@ PROLOG_REASONS = ("Prolog error", "clusterjob")
 class GresDrift:
     node: str
     expected: str  # from the node map, as gres-conf writes it ("gpu:a100:2,gpu:v100:2")
-    actual: str | None  # Slurm's Gres= ("(none)" printed as None)
+    actual: str | None  # the GPU items of Slurm's Gres= (None when it lists no GPU)
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def compare(
             continue
         expected = expected_gres.get(name, "")
         if not _same_gres(gpu_counts(expected), gpu_counts(node.gres)):
-            gres.append(GresDrift(name, expected or "(no GPUs)", node.gres))
+            gres.append(GresDrift(name, expected or "(no GPUs)", gpu_gres(node.gres)))
 
     slurm_parts = {p.name: p for p in partitions}
     drift: list[PartitionDrift] = []

@@ -7,9 +7,14 @@ them, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+
+# What the parsers skip (a GRES item of a form not known here) is said at debug level only.
+log = logging.getLogger("clusterjob.slurm")
 
 # ASCII unit separator: cannot appear in a job name or comment typed by a person, unlike "|".
 DELIMITER = "\x1f"
@@ -190,6 +195,7 @@ def parse_test_only(output: str) -> StartEstimate:
 
 
 _SUBMISSION_FAILED = "Batch job submission failed:"
+_ALLOCATION_FAILURE = "allocation failure:"
 
 
 def sbatch_error_messages(stderr: str) -> list[str]:
@@ -202,6 +208,8 @@ def sbatch_error_messages(stderr: str) -> list[str]:
     for line in stderr.splitlines():
         if "error:" in line:
             found.append(line.split("error:", 1)[1].strip())
+        elif line.startswith(_ALLOCATION_FAILURE):  # --test-only's summary line (22.05)
+            found.append(_SUBMISSION_FAILED + line[len(_ALLOCATION_FAILURE) :])
         elif found and line[:1].isspace() and line.strip():
             found[-1] = f"{found[-1]} {line.strip()}"
     messages = list(dict.fromkeys(m for m in found if m))
@@ -643,6 +651,17 @@ def gpu_counts(text: str | None) -> dict[str | None, int]:
         if entry.name == "gpu":
             counts[entry.type] = counts.get(entry.type, 0) + entry.count
     return counts
+
+
+def gpu_gres(text: str | None) -> str | None:
+    """The GPU items of a Gres=/GresUsed= value as Slurm printed them (``gpu:a100:2,gpu:v100:2``
+    of ``gpu:a100:2,gpu:v100:2,pfsdir:scratch:1``); None when there are none."""
+    items = []
+    for item in _split_top(text or ""):
+        entry = parse_gres_item(item)
+        if entry is not None and entry.name == "gpu":
+            items.append(item)
+    return ",".join(items) or None
 
 
 def tres_gpu_counts(text: str | None) -> dict[str | None, int]:
