@@ -7,6 +7,11 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+# The distribution used to be called `clusterjob` (a name taken on the package index):
+# drop it first, or its RECORD would take the shared `clusterjob` script away later.
+if .venv/bin/python -m pip show -q clusterjob >/dev/null 2>&1; then
+    .venv/bin/python -m pip uninstall -q -y clusterjob
+fi
 extra=${1:-}
 if [ -n "$extra" ]; then
     .venv/bin/python -m pip install -q -e ".[$extra]"

@@ -47,7 +47,7 @@ def test_wheel_renders_a_dry_run_outside_the_repository(tmp_path: Path) -> None:
         src,
         env,
     )
-    (wheel,) = dist.glob("clusterjob-*.whl")
+    (wheel,) = dist.glob("clusterjob_slurm-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "clusterjob/_data/templates/job.sh.j2" in names
     assert "clusterjob/_data/site_configs/mllab.yaml" in names

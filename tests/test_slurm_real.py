@@ -7,6 +7,7 @@ the output as printed. The expected readings below are written by hand from that
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -182,8 +183,6 @@ def test_osc_owens_partitions() -> None:
     # TRES lists count-only GRES and licenses beside the GPUs
     assert parse.tres_gpu_counts(parts["gpuserial"].raw["TRES"]) == {"p100": 154}
     assert parse.tres_gpu_counts(parts["hugemem"].raw["TRES"]) == {}
-
-
 
 
 # --- a job's GPUs: TresPerNode, TresPerJob, TresPerTask, AllocTRES ---------------------------
@@ -364,3 +363,38 @@ def test_test_only_fails_loudly_with_the_raw_line() -> None:
     with pytest.raises(ValueError) as info:
         parse.parse_test_only("sbatch: some other note\n" + line + "\n")
     assert repr(line) in str(info.value)
+
+
+# --- what is skipped is said with --debug ----------------------------------------------------
+
+
+def test_avail_with_debug_names_an_unknown_gres_item_and_counts_the_rest(tmp_path) -> None:
+    """A stand-in scontrol prints a node whose Gres= has an item of no known form: `avail`
+    counts the GPUs beside it, and says what it skipped only with --debug."""
+    import os
+    import subprocess
+    import sys
+
+    fixtures = REAL.parent
+    node = (
+        "NodeName=gpu1 State=IDLE Partitions=gpu "
+        "Gres=gpu:a100:2,gpu:v100:2,weird:a:b:c:1 GresUsed=gpu:a100:1(IDX:0),gpu:v100:0(IDX:N/A)"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho '{node}'\n")
+    scontrol.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env.pop("CLUSTERJOB_DEBUG", None)
+    site = str(fixtures / "sandbox_site.yaml")
+    for extra, shown in (([], False), (["--debug"], True)):
+        done = subprocess.run(
+            [sys.executable, "-m", "clusterjob", *extra, "avail", "--site", site, "--json"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        rows = {(r["partition"], r["model"]): r for r in json.loads(done.stdout)["rows"]}
+        assert (rows["gpu", "A100"]["free"], rows["gpu", "A100"]["total"]) == (1, 2)
+        assert (rows["gpu", "V100"]["free"], rows["gpu", "V100"]["total"]) == (2, 2)
+        assert ("clusterjob: debug: ignored GRES item 'weird:a:b:c:1'" in done.stderr) is shown

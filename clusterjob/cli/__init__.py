@@ -7,6 +7,7 @@ clusterjob's errors become a one-line message and an exit code.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -47,10 +48,27 @@ def err(message: str) -> None:
     print(f"clusterjob: {message}", file=sys.stderr)
 
 
+class _DebugLines(logging.Handler):
+    """clusterjob's debug log (what the parsers skipped, ...), one ``debug:`` line each, on
+    the sys.stderr of the moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err(f"debug: {self.format(record)}")
+
+
+def _show_debug_log() -> None:
+    logger = logging.getLogger("clusterjob")
+    if not any(isinstance(h, _DebugLines) for h in logger.handlers):
+        logger.addHandler(_DebugLines())
+    logger.setLevel(logging.DEBUG)
+
+
 def run(argv: list[str]) -> int:
     """Run the app on ``argv``; map every outcome to an exit code. ``--debug`` shows tracebacks."""
     debug = "--debug" in argv or os.environ.get("CLUSTERJOB_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
+    if debug:
+        _show_debug_log()
     _register_commands(argv[0] if argv else None)
     try:
         result = app(args=argv, prog_name="clusterjob", standalone_mode=False)

@@ -120,11 +120,22 @@ def probe(
 
 
 @site_app.command("diff")
-def diff(site: SiteOption = None, as_json: JsonOption = False) -> None:
+def diff(
+    site: SiteOption = None,
+    prolog_log: Annotated[
+        Path | None,
+        typer.Option(
+            "--prolog-log",
+            help="A Prolog JSON-lines log (the site's prolog.log, or the nodes' gathered): "
+            "also report nodes whose last Prolog ran another clusterjob version.",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
     """Compare the node map with the live cluster (exit 1 when they differ)."""
     from clusterjob.site.drift import diff_site, format_report
 
-    report = diff_site(load_site(site))
+    report = diff_site(load_site(site), prolog_log=prolog_log)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

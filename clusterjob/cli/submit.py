@@ -14,6 +14,7 @@ import typer
 
 from clusterjob.cli import app
 from clusterjob.cli.common import SiteOption, load_site
+from clusterjob.cli.completion import complete_model, complete_partition
 from clusterjob.errors import UsageError
 
 
@@ -30,10 +31,15 @@ def submit(
         int | None, typer.Option("--gpus", help="GPUs per node.", show_default=False)
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help="GPU model (or an alias).")
+        str | None,
+        typer.Option(
+            "--model", "-m", help="GPU model (or an alias).", autocompletion=complete_model
+        ),
     ] = None,
     nodes: Annotated[int, typer.Option("--nodes", "-N", help="Nodes, each with --gpus GPUs.")] = 1,
-    partition: Annotated[str | None, typer.Option("--partition", "-p")] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", "-p", autocompletion=complete_partition)
+    ] = None,
     time: Annotated[
         str | None, typer.Option("--time", "-t", help="Time limit, e.g. 1-00:00:00.")
     ] = None,

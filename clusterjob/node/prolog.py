@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from clusterjob import __version__
 from clusterjob.errors import ClusterjobError, NvmlError, NvmlErrorKind
 from clusterjob.gpu.inventory import read_inventory
 from clusterjob.gpu.isolation import kill_children
@@ -82,6 +83,7 @@ class PrologRun:
             "node": self.node,
             "job_id": self.job_id,
             "elapsed_s": round(time.monotonic() - self.started, 3),
+            "version": __version__,  # a node running another clusterjob shows in `site diff`
             **record,
         }
         try:

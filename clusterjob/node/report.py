@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
+from clusterjob import __version__
 from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.node.checks import PreflightReport, Severity
 
@@ -70,7 +71,8 @@ def render_table(report: PreflightReport, summary: bool = True) -> str:
 
 
 def render_json(report: PreflightReport) -> str:
-    return json.dumps(report.to_dict(), indent=2, sort_keys=True)
+    """The report, and which clusterjob made it (a node/login version skew shows here)."""
+    return json.dumps({**report.to_dict(), "version": __version__}, indent=2, sort_keys=True)
 
 
 def gpu_health(gpu: Gpu) -> str:

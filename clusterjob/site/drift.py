@@ -8,12 +8,16 @@ Slurm through ``SlurmClient``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import hostlist
 
+from clusterjob import __version__
+from clusterjob.errors import UsageError
 from clusterjob.site.admin import node_gres_strings
 from clusterjob.site.model import Site
 from clusterjob.slurm.commands import SlurmClient
@@ -48,6 +52,15 @@ class DrainedNode:
 
 
 @dataclass(frozen=True)
+class VersionSkew:
+    """A node whose last Prolog run logged another clusterjob than this one."""
+
+    node: str
+    version: str | None  # None: that Prolog logged no version (older than the field)
+    time: str | None  # of that log record
+
+
+@dataclass(frozen=True)
 class DriftReport:
     site: str
     not_in_map: tuple[str, ...]  # Slurm nodes with GPU GRES the node map lacks
@@ -57,6 +70,8 @@ class DriftReport:
     prolog_drained: tuple[DrainedNode, ...]  # drained by the clusterjob Prolog
     other_drained: tuple[DrainedNode, ...] = ()  # drained for other reasons: shown, not drift
     ignored: tuple[str, ...] = field(default=())  # Slurm nodes without GPUs, not in the map
+    version_skew: tuple[VersionSkew, ...] = ()  # from a Prolog log, when one was given
+    version: str = __version__  # this clusterjob's, which the nodes' are compared with
 
     @property
     def in_sync(self) -> bool:
@@ -66,6 +81,7 @@ class DriftReport:
             or self.gres
             or self.partitions
             or self.prolog_drained
+            or self.version_skew
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,10 +170,49 @@ def compare(
     )
 
 
-def diff_site(site: Site, client: SlurmClient | None = None) -> DriftReport:
-    """``compare`` against the live cluster: two Slurm calls (nodes, partitions)."""
+def version_skew(
+    log_lines: Iterable[str], nodes: Iterable[str], version: str = __version__
+) -> tuple[VersionSkew, ...]:
+    """The ``nodes`` whose last record in a Prolog JSON-lines log names another version.
+
+    Nodes absent from the log are not reported (no job ran there since it was started).
+    Lines that are not JSON objects are skipped: a log cut short by a full disk still counts.
+    """
+    last: dict[str, dict[str, Any]] = {}
+    for line in log_lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("node"), str):
+            last[record["node"]] = record
+    skew = []
+    for node in sorted(set(nodes)):
+        record = last.get(node)
+        if record is None or record.get("version") == version:
+            continue
+        logged = record.get("version")
+        skew.append(
+            VersionSkew(node, logged if isinstance(logged, str) else None, record.get("time"))
+        )
+    return tuple(skew)
+
+
+def diff_site(
+    site: Site, client: SlurmClient | None = None, *, prolog_log: Path | None = None
+) -> DriftReport:
+    """``compare`` against the live cluster: two Slurm calls (nodes, partitions); with
+    ``prolog_log`` (a node's log, or the nodes' logs gathered), the versions they ran."""
     client = client or SlurmClient()
-    return compare(site, client.nodes(), client.partitions())
+    report = compare(site, client.nodes(), client.partitions())
+    if prolog_log is None:
+        return report
+    try:
+        with open(prolog_log, encoding="utf-8", errors="replace") as log:
+            skew = version_skew(log, site.node_map.nodes)
+    except OSError as exc:
+        raise UsageError(f"--prolog-log {prolog_log}: {exc.strerror or exc}") from exc
+    return replace(report, version_skew=skew)
 
 
 def _hosts(names: Sequence[str]) -> str:
@@ -203,6 +258,12 @@ def format_report(report: DriftReport) -> list[str]:
         lines.append(f"note: {d.node} drained for another reason ({d.state}): {d.reason}")
     if report.ignored:
         lines.append(f"note: nodes without GPUs, not in the map: {_hosts(report.ignored)}")
+    for s in report.version_skew:
+        ran = f"clusterjob {s.version}" if s.version else "a clusterjob that logs no version"
+        lines.append(
+            f"version differs on {s.node}: its Prolog ran {ran} (at {s.time}), this is "
+            f"{report.version} (install the same version at the site's node_command path)"
+        )
     verdict = "in sync with Slurm" if report.in_sync else "differs from Slurm"
     lines.append(f"site {report.site}: node map {verdict}")
     return lines
