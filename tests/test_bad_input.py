@@ -17,9 +17,11 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from trusted_tree import trusted_tmp_dir
 
 from clusterjob.cli import run as cli_run
 
@@ -341,11 +343,18 @@ def test_count_of_bad_inputs_tried() -> None:
 # untrusted owner/mode, CLUSTERJOB_SITE ignored, invalid YAML, NVML hang/absent) -----------
 
 
+@pytest.fixture
+def trusted_dir() -> Iterator[Path]:
+    """The Prolog trusts no path through sticky /tmp: a root-owned tree instead."""
+    yield from trusted_tmp_dir()
+
+
 @pytest.mark.parametrize("kind", ["directory", "invalid UTF-8", "mode 000"])
-def test_prolog_config_root_cannot_use(tmp_path: Path, kind: str) -> None:
+def test_prolog_config_root_cannot_use(trusted_dir: Path, kind: str) -> None:
     """'Unreadable' for root: a directory or undecodable bytes drain with one line naming the
     file; mode 000 does not stop root, so the check goes on (to NVML) rather than failing on
     the config."""
+    tmp_path = trusted_dir
     etc = tmp_path / "etc"
     etc.mkdir()
     etc.chmod(0o755)

@@ -13,15 +13,23 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from trusted_tree import trusted_tmp_dir
 
 from clusterjob.errors import UntrustedConfig
 from clusterjob.node.trust import check_trusted
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """The Prolog trusts no path through sticky /tmp: these trees live under a root-owned dir."""
+    yield from trusted_tmp_dir()
 
 
 def cj(
@@ -273,8 +281,12 @@ def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
     assert done.stdout.splitlines()[-1] == "LOADED [] []", done.stderr
 
 
-def test_prolog_hung_config_read_ends_at_deadline(conf_dir: Path, tmp_path: Path) -> None:
-    """A site file that blocks on read (a FIFO here; a hung mount in life) hits the alarm."""
+def test_prolog_fifo_config_is_refused_at_once(conf_dir: Path, tmp_path: Path) -> None:
+    """A site file that would block on open (a FIFO) is refused, not waited on.
+
+    (It used to be opened and block until the deadline alarm; opening without blocking and
+    checking the type on the descriptor now refuses it at once.)
+    """
     fifo = conf_dir / "site.yaml"
     os.mkfifo(fifo, 0o644)
     start = time.monotonic()
@@ -293,8 +305,8 @@ def test_prolog_hung_config_read_ends_at_deadline(conf_dir: Path, tmp_path: Path
     assert time.monotonic() - start < 6
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        "clusterjob prolog: gpu2: GPUs not checked: no verdict within the 1s deadline "
-        "-- draining (on_error=drain, site policy unknown)"
+        f"clusterjob prolog: gpu2: GPUs not checked: site config: refusing {fifo}: {fifo} is "
+        "not a regular file -- draining (on_error=drain, site policy unknown)"
     ]
 
 

@@ -72,7 +72,8 @@ class Allocation:
         return self.slots is not None or bool(self.uuids) or bool(self.mig_devices)
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?$")
+MAX_INDICES = 1024  # per node; far above any real node, far below what would stall the Prolog
 
 
 def parse_index_list(text: str) -> tuple[int, ...]:
@@ -89,6 +90,8 @@ def parse_index_list(text: str) -> tuple[int, ...]:
         hi = int(m[2]) if m[2] is not None else lo
         if hi < lo:
             raise ValueError(f"descending range {part!r} in {text!r}")
+        if len(out) + (hi - lo + 1) > MAX_INDICES:
+            raise ValueError(f"more than {MAX_INDICES} GPU indices in {text[:40]!r}...")
         out.extend(range(lo, hi + 1))
     if len(set(out)) != len(out):
         raise ValueError(f"GPU index repeated in {text!r}")

@@ -35,9 +35,9 @@ from clusterjob.node.context import (
     node_name,
     one_line,
 )
-from clusterjob.node.trust import check_trusted
+from clusterjob.node.trust import open_trusted, open_trusted_append, open_trusted_dir
 from clusterjob.site.model import OnError, PrologPolicy
-from clusterjob.site.nodeview import load_node_view
+from clusterjob.site.nodeview import load_node_view_fd
 
 __all__ = ["PrologRun", "run_prolog"]
 
@@ -54,6 +54,7 @@ class PrologRun:
     started: float = field(default_factory=time.monotonic)
     policy: PrologPolicy | None = None
     err: TextIO = field(default_factory=lambda: sys.stderr)
+    notes: list[str] = field(default_factory=list)  # warnings shown only when passing
 
     @property
     def deadline(self) -> float:
@@ -65,11 +66,27 @@ class PrologRun:
         return self.deadline - (time.monotonic() - self.started)
 
     def arm_alarm(self) -> None:
-        """Backstop for anything outside the NVML child (a config file on a hung mount)."""
+        """Backstop for anything outside the NVML child (a config file on a hung mount).
+
+        Python runs its SIGALRM handler only between bytecodes, so a long C-level loop would
+        hold it off: CPU time past the deadline ends the process with SIGPROF's default
+        action (a failed Prolog, which drains), whatever Python is doing.
+        """
+        left = max(self.remaining(), 0.01)
         signal.signal(signal.SIGALRM, self._on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(self.remaining(), 0.01) + 0.5)
+        signal.setitimer(signal.ITIMER_REAL, left + 0.5)
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_PROF, left + 2.0)
+
+    def disarm(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
     def _on_alarm(self, signum: int, frame: object) -> NoReturn:
+        # From here on a plain SIGALRM ends the process: the verdict below (the log write
+        # included) gets one more second, then slurmd sees the Prolog killed, and drains.
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
         kill_children()
         code = self.cannot_check(f"no verdict within the {self.deadline:g}s deadline", "timeout")
         self.err.flush()
@@ -86,10 +103,8 @@ class PrologRun:
             "version": __version__,  # a node running another clusterjob shows in `site diff`
             **record,
         }
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(path, flags, 0o640)
+        try:  # only into a path root alone controls; never a FIFO, symlink or hard link
+            fd = open_trusted_append(path, 0o640)
             try:
                 os.write(fd, (json.dumps(record, sort_keys=True) + "\n").encode())
             finally:
@@ -103,7 +118,6 @@ class PrologRun:
 
     def cannot_check(self, reason: str, kind: str) -> int:
         """Could not check the GPUs: drain or pass per the site's ``on_error`` (default drain)."""
-        signal.setitimer(signal.ITIMER_REAL, 0)
         on_error = (self.policy or DEFAULT_POLICY).on_error
         known = self.policy is not None
         action = "pass" if on_error is OnError.PASS else "drain"
@@ -113,16 +127,18 @@ class PrologRun:
         policy = f"on_error={on_error.value}" + ("" if known else ", site policy unknown")
         if action == "pass":
             self.say(f"warning: {self.node}: GPUs not checked: {reason} -- passing ({policy})")
-            if log_problem:
-                self.say(f"warning: {log_problem}")
+            for note in [*self.notes, log_problem]:
+                if note:
+                    self.say(f"warning: {note}")
+            self.disarm()
             return 0
         tail = f"; {log_problem}" if log_problem else ""
         self.say(f"{self.node}: GPUs not checked: {reason} -- draining ({policy}){tail}")
         self.leave_drain_reason(f"GPUs not checked: {reason}")
+        self.disarm()
         return 1
 
     def verdict(self, report: PreflightReport) -> int:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         errors, warnings = report.errors, report.warnings
         outcome = "ok" if report.ok else "failed"
         log_problem = self.log(
@@ -137,13 +153,16 @@ class PrologRun:
         if report.ok:
             for f in warnings:
                 self.say(f"warning: {f.check_id}: {f.message}")
-            if log_problem:
-                self.say(f"warning: {log_problem}")
+            for note in [*self.notes, log_problem]:
+                if note:
+                    self.say(f"warning: {note}")
+            self.disarm()
             return 0
         more = f" (+{len(errors) - 1} more error(s))" if len(errors) > 1 else ""
         tail = f"; {log_problem}" if log_problem else ""
         self.say(f"{errors[0].check_id}: {errors[0].message}{more}{tail}")
         self.leave_drain_reason(f"{errors[0].check_id}: {errors[0].message}{more}")
+        self.disarm()
         return 1
 
     def leave_drain_reason(self, reason: str) -> None:
@@ -174,11 +193,18 @@ def run_prolog(
         run.arm_alarm()
         site_path = Path(site or DEFAULT_SITE)
         try:
-            check_trusted(site_path)
-            cache = Path(cache_dir or DEFAULT_CACHE_DIR)
-            if cache.exists():
-                check_trusted(cache)
-            view = load_node_view(site_path, run.node, cache)
+            opened = open_trusted(site_path)  # checked on the descriptor that is then read
+            try:
+                cache_fd = _open_cache(Path(cache_dir or DEFAULT_CACHE_DIR), run.notes)
+                try:
+                    view = load_node_view_fd(
+                        opened.fd, opened.realpath, site_path, run.node, cache_fd
+                    )
+                finally:
+                    if cache_fd is not None:
+                        os.close(cache_fd)
+            finally:
+                os.close(opened.fd)
         except ClusterjobError as exc:
             return run.cannot_check(f"site config: {one_line(exc)}", "config")
         run.policy = view.prolog
@@ -200,6 +226,20 @@ def run_prolog(
         return run.verdict(run_checks(facts))
     except Exception as exc:  # a bug in clusterjob must still give slurmd one line
         return run.cannot_check(f"internal error: {type(exc).__name__}: {exc}", "internal")
+
+
+def _open_cache(path: Path, notes: list[str]) -> int | None:
+    """The cache directory, made 0755 where missing, if only root can write it; else no cache.
+
+    The cache only saves time: one someone else could write (or a user made first) is not
+    used, and is no reason to drain.
+    """
+    try:
+        fd, _ = open_trusted_dir(path, create=True)
+    except ClusterjobError as exc:
+        notes.append(f"cache not used: {one_line(exc)}")
+        return None
+    return fd
 
 
 def _lost_report(node: str, exc: NvmlError) -> PreflightReport:

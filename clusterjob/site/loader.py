@@ -600,11 +600,14 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
 # -- reading the file -----------------------------------------------------------------------
 
 
-def validate_site_file(path: Path) -> tuple[Site | None, list[ConfigIssue]]:
-    """Every problem in one site file, warnings included; the Site when there is no error."""
+def validate_site_file(path: Path, fd: int | None = None) -> tuple[Site | None, list[ConfigIssue]]:
+    """Every problem in one site file, warnings included; the Site when there is no error.
+
+    With ``fd`` the text is read from that open descriptor (the root Prolog's checked file).
+    """
     path = Path(path)
     file = str(path)
-    text, issues = read_text(path, file, MAX_BYTES)
+    text, issues = read_text(path, file, MAX_BYTES, fd)
     if text is None:
         return None, issues
     root, issues = compose(text, file, "a site config mapping")
@@ -616,9 +619,10 @@ def validate_site_file(path: Path) -> tuple[Site | None, list[ConfigIssue]]:
     return (None if validator.failed else site), ordered
 
 
-def load_site(path: Path) -> Site:
-    """The site in ``path``; raises ConfigError listing every problem (warnings included)."""
-    site, issues = validate_site_file(path)
+def load_site(path: Path, fd: int | None = None) -> Site:
+    """The site in ``path`` (read from ``fd`` when given); raises ConfigError listing every
+    problem (warnings included)."""
+    site, issues = validate_site_file(path, fd)
     if site is None:
         if not issues:  # cannot happen; keep the promise of never returning None silently
             issues = [ConfigIssue(str(path), None, "", "site config could not be read")]

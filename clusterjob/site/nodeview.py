@@ -2,9 +2,9 @@
 
 The Prolog runs before every job on every node, so its cost is paid thousands of times
 a day. On a cache hit this module uses the standard library only (no ruamel, no hostlist):
-one ``stat`` of the site file, one small JSON read. The cache entry is keyed by the site
-file's (realpath, mtime_ns, size, inode) and the node name, so editing the site file
-invalidates it. On a miss the full loader validates the file and the entry is rewritten
+one ``fstat`` of the open site file, one small JSON read. The cache entry is keyed by the
+site file's (realpath, device, inode, mtime_ns, size) and the node name, so editing the site
+file invalidates it. On a miss the full loader validates the file and the entry is rewritten
 atomically. The cache directory must be writable only by the Prolog's user (root): an
 entry not owned by us, or writable by others, is ignored.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.model import NodeGpu, OnError, PrologPolicy, Site
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -110,17 +111,19 @@ def _from_json(data: dict[str, Any], source: Path) -> NodeView:
     )
 
 
-def _read_cache(file: Path, key: list[Any], node: str, source: Path) -> NodeView | None:
+def _read_cache(name: str, key: list[Any], node: str, source: Path, dir_fd: int) -> NodeView | None:
     try:
-        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return None  # a FIFO, device or hard link planted here: not ours
         if st.st_uid != os.geteuid() or st.st_mode & 0o022:
             return None  # not written by us: do not trust it
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = json.loads(fh.read(1 << 20))
+        data = json.loads(os.read(fd, 1 << 20))
         if data.get("format") != CACHE_FORMAT or data.get("key") != key:
             return None
         if data.get("node") != node:
@@ -132,40 +135,70 @@ def _read_cache(file: Path, key: list[Any], node: str, source: Path) -> NodeView
         os.close(fd)
 
 
-def _write_cache(file: Path, text: str) -> None:
+def _write_cache(name: str, text: str, dir_fd: int) -> None:
     """Write atomically (temporary file + rename) so a reader never sees half an entry."""
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    tmp = f".{name}.{os.getpid()}.tmp"
     try:
-        file.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fd, 0o644)
             fh.write(text)
-        os.replace(tmp, file)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError:  # an unwritable cache only costs speed
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp, dir_fd=dir_fd)
 
 
 def load_node_view(path: Path, node: str, cache_dir: Path | None = None) -> NodeView:
     """This node's view of the site in ``path``; from the cache when the file is unchanged.
 
-    Raises ConfigError when the file cannot be read or is not a valid site config.
+    Raises ConfigError when the file cannot be read or is not a valid site config. The root
+    Prolog uses ``load_node_view_fd`` instead: it never reads a path by name.
     """
     path = Path(path)
     try:
-        st = os.stat(path)
-        realpath = os.path.realpath(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise _config_error(path, exc) from None
-    key: list[Any] = [realpath, st.st_mtime_ns, st.st_size, st.st_ino]
-    file = _cache_file(cache_dir, realpath, node) if cache_dir is not None else None
-    if file is not None:
-        hit = _read_cache(file, key, node, path)
+    try:
+        cache_fd = None
+        if cache_dir is not None:
+            with contextlib.suppress(OSError):
+                Path(cache_dir).mkdir(mode=0o755, parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                cache_fd = os.open(cache_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            return load_node_view_fd(fd, os.path.realpath(path), path, node, cache_fd)
+        finally:
+            if cache_fd is not None:
+                os.close(cache_fd)
+    finally:
+        os.close(fd)
+
+
+def load_node_view_fd(
+    fd: int, realpath: str, path: Path, node: str, cache_dir_fd: int | None
+) -> NodeView:
+    """This node's view of the site open on ``fd``; the cache is the directory on
+    ``cache_dir_fd`` (None: no cache).
+
+    The cache key is the open file's identity (device, inode, size, mtime) and ``realpath``,
+    so an entry can only answer for the very file the caller opened and checked.
+    """
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        raise _config_error(path, exc) from None
+    key: list[Any] = [realpath, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size]
+    name = _cache_file(Path("."), realpath, node).name
+    if cache_dir_fd is not None:
+        hit = _read_cache(name, key, node, path, cache_dir_fd)
         if hit is not None:
             return hit
     from clusterjob.site.loader import load_site  # the slow path: ruamel, hostlist
 
-    view = view_from_site(load_site(path), node, source=path)
-    if file is not None:
-        _write_cache(file, _to_json(view, key))
+    view = view_from_site(load_site(path, fd), node, source=path)
+    if cache_dir_fd is not None and os.fstat(fd).st_mtime_ns == st.st_mtime_ns:
+        _write_cache(name, _to_json(view, key), cache_dir_fd)
     return view

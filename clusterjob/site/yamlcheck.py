@@ -315,11 +315,18 @@ def _yaml_issue(file: str, exc: BaseException) -> ConfigIssue:
     return ConfigIssue(file, None, "", f"YAML error: {str(exc).splitlines()[0]}")
 
 
-def read_text(path: Path, file: str, max_bytes: int) -> tuple[str | None, list[ConfigIssue]]:
-    """The file as text; refused before parsing when larger than ``max_bytes``."""
+def read_text(
+    path: Path, file: str, max_bytes: int, fd: int | None = None
+) -> tuple[str | None, list[ConfigIssue]]:
+    """The file as text; refused before parsing when larger than ``max_bytes``.
+
+    With ``fd``, the text is read from that open descriptor (from its start), not by name.
+    """
     too_large = f"file is larger than {max_bytes // (1024 * 1024)} MiB"
     try:
-        with path.open("rb") as fh:
+        if fd is not None:
+            os.lseek(fd, 0, os.SEEK_SET)
+        with path.open("rb") if fd is None else os.fdopen(os.dup(fd), "rb") as fh:
             if os.fstat(fh.fileno()).st_size > max_bytes:
                 return None, [ConfigIssue(file, None, "", too_large)]
             raw = fh.read(max_bytes + 1)
