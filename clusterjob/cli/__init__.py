@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Annotated
 
 import typer
 from typer.exceptions import TyperException
 
+from clusterjob import __version__
 from clusterjob.errors import ClusterjobError, ConfigError, ExitCode, exit_code
 
 app = typer.Typer(
@@ -24,10 +26,29 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion: bash, zsh, fish
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode=None,  # plain click help: Rich's help renderer costs ~170 ms per --help
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"clusterjob {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass  # the app's own options; every command is a subcommand
+
 
 site_app = typer.Typer(
     help="Site configs: validate, show, probe, gres.conf, drift.",
@@ -67,6 +88,8 @@ def run(argv: list[str]) -> int:
     """Run the app on ``argv``; map every outcome to an exit code. ``--debug`` shows tracebacks."""
     debug = "--debug" in argv or os.environ.get("CLUSTERJOB_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
+    if debug:  # a bug report then says which clusterjob and Python it came from
+        err(f"debug: clusterjob {__version__}, Python {sys.version.split()[0]}, {sys.executable}")
     if debug:
         _show_debug_log()
     _register_commands(argv[0] if argv else None)
