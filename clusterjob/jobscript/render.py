@@ -12,9 +12,10 @@ from __future__ import annotations
 import shlex
 import sys
 import traceback
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum
+from pathlib import Path, PurePath
 
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
@@ -88,6 +89,70 @@ def template_environment(site: Site) -> SandboxedEnvironment:
     return env
 
 
+class TemplateRecord:
+    """A read-only view of one of our dataclasses for templates: its fields, as plain values.
+
+    The Jinja2 sandbox only hides underscore names; it still lets a template call any public
+    method of any object it reaches (``pathlib.Path.read_text``, ``write_text``...). So what a
+    template sees holds only strings, numbers, booleans, None, lists, tuples, dicts and these
+    records, converted on access (a 10,000-node map costs nothing unless a template walks it).
+    """
+
+    __slots__ = ("_fields", "_obj")
+    _fields: frozenset[str]
+    _obj: object
+
+    def __init__(self, obj: object) -> None:
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_fields", frozenset(f.name for f in fields(obj)))  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_") or name not in self._fields:
+            raise AttributeError(name)
+        return template_value(getattr(self._obj, name))
+
+    def __getitem__(self, name: str) -> object:
+        try:
+            return self.__getattr__(name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("template values are read-only")
+
+    def __str__(self) -> str:
+        return str(self._obj)
+
+    def __eq__(self, other: object) -> bool:
+        other = other._obj if isinstance(other, TemplateRecord) else other
+        return bool(self._obj == other)
+
+    def __hash__(self) -> int:
+        return hash(self._obj)
+
+
+def template_value(value: object) -> object:
+    """``value`` as a template may see it: plain data only (see ``TemplateRecord``)."""
+    if isinstance(value, Enum):
+        return template_value(value.value)
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    for plain in (bool, int, float, str):  # a subclass: its plain value, not its methods
+        if isinstance(value, plain):
+            return plain(value)
+    if isinstance(value, PurePath):
+        return str(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return TemplateRecord(value)
+    if isinstance(value, tuple):
+        return tuple(template_value(v) for v in value)
+    if isinstance(value, (list, set, frozenset)):
+        return [template_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): template_value(v) for k, v in value.items()}
+    return str(value)  # any other object: its text, never its methods
+
+
 def default_node_command(site: Site) -> list[str]:
     """How the job script calls clusterjob on a node: the site's ``node_command`` if set,
     else this interpreter (``python -m clusterjob``), which shares the login node's install."""
@@ -123,13 +188,13 @@ def render(
     runs clusterjob on the nodes (default: ``default_node_command(site)``).
     """
     env = template_environment(site)
-    context = {
-        "job": resolved,
-        "request": resolved.request,
-        "site": site,
-        "token": resolved.token,
-        "python": python or sys.executable,
-        "node_command": list(node_command or default_node_command(site)),
+    context = {  # plain values only: see TemplateRecord
+        "job": template_value(resolved),
+        "request": template_value(resolved.request),
+        "site": template_value(site),
+        "token": str(resolved.token),
+        "python": str(python or sys.executable),
+        "node_command": [str(a) for a in (node_command or default_node_command(site))],
         "site_file": str(Path(site.source).resolve()),
     }
     try:
