@@ -22,8 +22,9 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "pci", "resources"}),
     frozenset({"gpu", "slurm"}),
     frozenset({"site"}),
-    frozenset({"jobscript", "node", "workstation", "sandbox"}),
-    frozenset({"jobs"}),
+    frozenset({"jobscript", "node", "workstation"}),
+    # The sandbox wires the node hooks in as a site does (node.wrappers), so it stands above.
+    frozenset({"jobs", "sandbox"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),  # dispatches the Slurm hooks (stdlib only) or the CLI
 )

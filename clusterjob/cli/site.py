@@ -142,3 +142,80 @@ def diff(
         print("\n".join(format_report(report)))
     if not report.in_sync:
         raise typer.Exit(1)
+
+
+@site_app.command("install-hooks")
+def install_hooks(
+    site: Annotated[
+        Path, typer.Option("--site", help="The site file the nodes' Prolog reads (root-owned).")
+    ],
+    prefix: Annotated[
+        Path, typer.Option("--prefix", help="Directory of the two wrappers, e.g. /etc/slurm.")
+    ],
+    cache_dir: Annotated[
+        Path, typer.Option("--cache-dir", help="The Prolog's parsed-site cache.")
+    ] = Path("/var/cache/clusterjob"),
+    python: Annotated[
+        Path | None,
+        typer.Option(
+            "--python",
+            help="Interpreter of the nodes' clusterjob (default: the one running this).",
+            show_default=False,
+        ),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env",
+            help="NAME=VALUE for the hooks and the job's tasks, e.g. a driver library "
+            "directory; $NAME expands when the hook runs. Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the wrappers; write nothing.")
+    ] = False,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Verify installed wrappers instead (exit 1 on a problem)."),
+    ] = False,
+) -> None:
+    """Write the Slurm Prolog and TaskProlog wrappers (root-owned, 0755) and print the
+    slurm.conf lines that name them."""
+    import sys
+
+    from clusterjob.errors import UsageError
+    from clusterjob.node.wrappers import HookWrappers, check_wrappers, install_wrappers
+
+    if dry_run and check:
+        raise UsageError("--dry-run and --check exclude each other")
+    pairs = [item.partition("=") for item in env or ()]
+    if any(not sep for _, sep, _ in pairs):
+        raise UsageError("--env takes NAME=VALUE")
+    wrappers = HookWrappers(
+        prefix=prefix.absolute(),
+        python=python if python is not None else Path(sys.executable),
+        site=site.absolute(),
+        cache_dir=cache_dir.absolute(),
+        environment=tuple((name, value) for name, _, value in pairs),
+    )
+    if check:
+        result = check_wrappers(wrappers)
+        for problem in result.problems:
+            print(f"problem: {problem}")
+        for note in result.notes:
+            print(f"note: {note}")
+        print(f"{wrappers.prefix}: " + ("hooks ok" if result.ok else "hooks NOT ok"))
+        if not result.ok:
+            raise typer.Exit(1)
+        return
+    paths = install_wrappers(wrappers, dry_run=dry_run)
+    if dry_run:
+        for path, text in wrappers.files().items():
+            print(f"# {path} (root, 0755; dry run: not written)")
+            print(text)
+    else:
+        for path in paths:
+            print(f"wrote {path} (root, 0755)")
+    print("# slurm.conf (then `scontrol reconfigure`, or restart slurmd):")
+    print("\n".join(wrappers.slurm_conf_lines()))

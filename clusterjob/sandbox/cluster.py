@@ -13,12 +13,15 @@ import re
 import secrets
 import shutil
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterjob.errors import ClusterjobError, UsageError
+from clusterjob.node.wrappers import install_wrappers
 from clusterjob.sandbox import config, host
 from clusterjob.sandbox.config import SANDBOX_NODES, Layout, Ports
 
@@ -270,8 +273,10 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
     _write(layout.slurm_conf, config.slurm_conf(layout, ports, node_gres, hooks=hooks), 0o644)
     _write(layout.job_submit_lua, config.JOB_SUBMIT_LUA, 0o644)
     _write(layout.slurmdbd_conf, config.slurmdbd_conf(layout, ports, _db_password(layout)), 0o600)
-    _write(layout.hooks_dir / "prolog", config.prolog_script(layout), 0o755)
-    _write(layout.hooks_dir / "task-prolog", config.task_prolog_script(layout), 0o755)
+    # As `clusterjob site install-hooks` writes them, so the sandbox tests that very writer.
+    install_wrappers(config.hook_wrappers(layout, installed=_isolated_python_imports_us()))
+    for old in ("prolog", "task-prolog"):  # the names before the sandbox wrote them that way
+        (layout.hooks_dir / old).unlink(missing_ok=True)
     _write(layout.bin_dir / "clusterjob", config.node_command_script(layout), 0o755)
     key = layout.munge_dir / "munge.key"
     if not key.exists():
@@ -279,6 +284,24 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
         key.write_bytes(secrets.token_bytes(128))
     shutil.chown(key, MUNGE_USER, MUNGE_USER)
     key.chmod(0o600)
+
+
+def _isolated_python_imports_us() -> bool:
+    """Whether ``python -I`` (as the hooks run it) imports this very clusterjob: true for an
+    install (an editable one too), false for a source tree reached through PYTHONPATH."""
+    try:
+        found = subprocess.run(
+            [sys.executable, "-I", "-c", "import clusterjob; print(clusterjob.__file__)"],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    here = Path(__file__).resolve().parent.parent / "__init__.py"
+    return bool(found) and Path(found).resolve() == here
 
 
 def _make_devices(layout: Layout) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from clusterjob.node.wrappers import HookWrappers
 from clusterjob.site import admin
 from clusterjob.site.model import NodeMap, Site
 
@@ -254,10 +255,8 @@ def slurm_conf(
         "PrologFlags=Alloc",
     ]
     if hooks:
-        lines += [
-            f"Prolog={layout.hooks_dir / 'prolog'}",
-            f"TaskProlog={layout.hooks_dir / 'task-prolog'}",
-        ]
+        wrappers = hook_wrappers(layout)
+        lines += [f"Prolog={wrappers.prolog}", f"TaskProlog={wrappers.task_prolog}"]
     for node in SANDBOX_NODES:
         lines.append(
             f"NodeName={node.name} NodeAddr=127.0.0.1 NodeHostname=localhost"
@@ -383,48 +382,50 @@ def site_yaml(layout: Layout) -> str:
     return "\n".join(out)
 
 
+def standin_env(layout: Layout) -> tuple[tuple[str, str], ...]:
+    """(NAME, VALUE, expanded by the shell): NVML is the stand-in, and Slurm's clients find
+    this cluster. The hooks get these as `site install-hooks --env NAME=VALUE` gives them."""
+    return (
+        ("LD_LIBRARY_PATH", f"{layout.lib_dir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"),
+        ("FAKE_NVML_SCENARIO", f"{layout.nvml_dir}/${{SLURMD_NODENAME}}.scenario"),
+        ("SLURM_CONF", str(layout.slurm_conf)),
+    )
+
+
+# The clusterjob that brought the sandbox up, whether installed or a source checkout.
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
 def _hook_env(layout: Layout) -> list[str]:
-    pkg_parent = Path(__file__).resolve().parent.parent.parent
     return [
-        f'LD_LIBRARY_PATH="{layout.lib_dir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"',
-        f'FAKE_NVML_SCENARIO="{layout.nvml_dir}/${{SLURMD_NODENAME}}.scenario"',
-        f"SLURM_CONF={shlex.quote(str(layout.slurm_conf))}",
-        # The clusterjob that brought the sandbox up, whether installed or a source checkout.
-        f'PYTHONPATH="{pkg_parent}${{PYTHONPATH:+:$PYTHONPATH}}"',
+        *(f'{name}="{value}"' for name, value in standin_env(layout)),
+        f'PYTHONPATH="{_PACKAGE_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"',
     ]
+
+
+def hook_wrappers(layout: Layout, *, installed: bool = True) -> HookWrappers:
+    """The Prolog and TaskProlog exactly as `clusterjob site install-hooks` writes them
+    (isolated interpreter, fixed cwd), with the stand-in's environment, which the TaskProlog
+    passes on to the job's tasks. Not ``installed`` (this clusterjob is a source tree the
+    interpreter cannot import on its own): the wrappers name the tree."""
+    return HookWrappers(
+        prefix=layout.hooks_dir,
+        python=Path(sys.executable),
+        site=layout.site_yaml,
+        cache_dir=layout.cache_dir,
+        environment=standin_env(layout),
+        package_root=None if installed else _PACKAGE_ROOT,
+    )
 
 
 def prolog_script(layout: Layout) -> str:
     """Slurm's Prolog= takes a path without arguments: this wrapper supplies them."""
-    env = _hook_env(layout)
-    return "\n".join(
-        [
-            "#!/bin/sh",
-            "# Written by `clusterjob sandbox up`: the node Prolog, on the stand-in GPUs.",
-            *(f"export {e}" for e in env),
-            f"exec {shlex.quote(sys.executable)} -m clusterjob prolog"
-            f" --site {shlex.quote(str(layout.site_yaml))}"
-            f" --cache-dir {shlex.quote(str(layout.cache_dir))}",
-            "",
-        ]
-    )
+    return hook_wrappers(layout).prolog_text()
 
 
 def task_prolog_script(layout: Layout) -> str:
     """TaskProlog: its `export` lines reach the job's tasks, so they see the stand-in GPUs too."""
-    env = _hook_env(layout)
-    return "\n".join(
-        [
-            "#!/bin/sh",
-            "# Written by `clusterjob sandbox up`: the TaskProlog, on the stand-in GPUs.",
-            *(f"export {e}" for e in env),
-            'echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"',
-            'echo "export FAKE_NVML_SCENARIO=$FAKE_NVML_SCENARIO"',
-            f"exec {shlex.quote(sys.executable)} -m clusterjob task-prolog"
-            f" --site {shlex.quote(str(layout.site_yaml))}",
-            "",
-        ]
-    )
+    return hook_wrappers(layout).task_prolog_text()
 
 
 def node_command_script(layout: Layout) -> str:

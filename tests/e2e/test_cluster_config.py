@@ -77,8 +77,8 @@ def test_slurm_conf_nodes_ports_and_hooks(layout: Layout) -> None:
     assert "NodeName=gpu3 NodeAddr=127.0.0.1 NodeHostname=localhost Port=26812" in text
     assert "Gres=gpu:a100:2,gpu:v100:2" in text and "Gres=gpu:h100:8" in text
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:a100,gres/gpu:v100,gres/gpu:h100" in text
-    assert f"Prolog={layout.hooks_dir}/prolog" in text
-    assert f"TaskProlog={layout.hooks_dir}/task-prolog" in text
+    assert f"Prolog={layout.hooks_dir}/clusterjob-prolog" in text
+    assert f"TaskProlog={layout.hooks_dir}/clusterjob-task-prolog" in text
     assert "Prolog=" not in config.slurm_conf(layout, ports, node_gres, hooks=False)
 
 
