@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from clusterjob.errors import RegistryCorrupt, RegistryError, UsageError
+from clusterjob.jobs.private_files import ensure_private_dir, narrow_to_owner, owner_only_umask
 
 REGISTRY_FILE = "jobs.sqlite"
 SCHEMA_VERSION = 1
@@ -131,13 +132,18 @@ class Registry:
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[sqlite3.Connection]:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # the registry holds whole command lines: owner only, from the first byte
+            ensure_private_dir(self.path.parent)
         except OSError as exc:
             raise RegistryError(f"cannot create {self.path.parent}: {exc.strerror}") from None
+        if not self._ready:
+            narrow_to_owner(Path(f"{self.path}{suffix}") for suffix in ("", "-wal", "-shm"))
         conn = None
         try:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            with owner_only_umask():  # SQLite creates the file (its -wal/-shm copy its mode)
+                conn = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+                )
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA synchronous = NORMAL")  # per connection; safe with WAL
             if not self._ready:

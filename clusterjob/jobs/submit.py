@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from clusterjob.errors import RegistryError, SlurmError, UsageError
 from clusterjob.jobs.explain import sbatch_hints
+from clusterjob.jobs.private_files import ensure_private_dir, write_private
 from clusterjob.jobs.registry import JobRecord, Registry, data_dir
 from clusterjob.jobs.status import StatusCache
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
@@ -67,13 +68,9 @@ def scripts_dir() -> Path:
 
 
 def _write_script(script: str, token: str) -> Path:
-    directory = scripts_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = ensure_private_dir(scripts_dir())  # scripts hold command lines: owner only
     path = directory / f"clusterjob-{token}.sh"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(script)
-    os.chmod(tmp, 0o700)
-    os.replace(tmp, path)
+    write_private(path, script, 0o700)
     return path
 
 
