@@ -10,6 +10,7 @@ changes nothing for the other jobs running meanwhile.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,20 @@ def test_install_hooks_wrappers_run_a_real_job(sandbox: Sandbox, tmp_path: Path)
     # The Prolog ran, checked the GPUs, and logged which clusterjob it was.
     (record,) = _prolog_records(layout, job_id)
     assert (record["node"], record["outcome"], record["version"]) == ("gpu1", "ok", __version__)
+
+
+def test_site_diff_names_a_node_whose_prolog_ran_another_version(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The real Prolog's log, plus one record as an older clusterjob on gpu2 would write it."""
+    log = tmp_path / "prolog.jsonl"
+    shutil.copy(sandbox.layout.prolog_log, log)
+    old = {"node": "gpu2", "time": "2026-01-01T00:00:00+0000", "version": "0.0.1"}
+    with log.open("a") as f:
+        f.write(json.dumps(old) + "\n")
+    env = {**sandbox.env, "CLUSTERJOB_SITE": str(sandbox.site_path)}
+    done = clusterjob_cli("site", "diff", "--prolog-log", str(log), "--json", env=env)
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and not report["in_sync"]
+    assert {"node": "gpu2", "version": "0.0.1", "time": old["time"]} in report["version_skew"]
+    assert all(s["node"] != "gpu1" for s in report["version_skew"])  # ran this version above
