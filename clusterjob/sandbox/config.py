@@ -396,13 +396,6 @@ def standin_env(layout: Layout) -> tuple[tuple[str, str], ...]:
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def _hook_env(layout: Layout) -> list[str]:
-    return [
-        *(f'{name}="{value}"' for name, value in standin_env(layout)),
-        f'PYTHONPATH="{_PACKAGE_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"',
-    ]
-
-
 def hook_wrappers(layout: Layout, *, installed: bool = True) -> HookWrappers:
     """The Prolog and TaskProlog exactly as `clusterjob site install-hooks` writes them
     (isolated interpreter, fixed cwd), with the stand-in's environment, which the TaskProlog
@@ -429,14 +422,22 @@ def task_prolog_script(layout: Layout) -> str:
 
 
 def node_command_script(layout: Layout) -> str:
-    """What job scripts call as `node_command`: this clusterjob, on the stand-in GPUs."""
-    env = _hook_env(layout)
+    """What job scripts call as `node_command`: this clusterjob, on the stand-in GPUs.
+
+    Isolated (``-I``) with this clusterjob put first on ``sys.path`` by absolute path: a job
+    runs it from whatever directory it was submitted in, and a ``clusterjob/`` someone left
+    there must not be what runs."""
+    boot = (
+        "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        "import clusterjob.__main__ as m; sys.exit(m.main())"
+    )
     return "\n".join(
         [
             "#!/bin/sh",
             "# Written by `clusterjob sandbox up`: the node_command of sandbox job scripts.",
-            *(f"export {e}" for e in env),
-            f'exec {shlex.quote(sys.executable)} -m clusterjob "$@"',
+            *(f'export {name}="{value}"' for name, value in standin_env(layout)),
+            f"exec {shlex.quote(sys.executable)} -I -c {shlex.quote(boot)} "
+            f'{shlex.quote(str(_PACKAGE_ROOT))} "$@"',
             "",
         ]
     )
