@@ -210,3 +210,17 @@ def test_check_reports_the_interpreter_that_does_not_run_clusterjob(
     else:
         assert any("does not run clusterjob" in p or "the wrappers run" in p
                    for p in result.problems), result.problems  # fmt: skip
+
+
+def test_a_source_tree_wrapper_runs_that_tree(site: Path, root_tree: Path) -> None:
+    """The sandbox run from a checkout that is not installed: the wrapper names the tree,
+    and an interpreter without clusterjob (the TaskProlog is stdlib-only) runs it."""
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    wrappers = HookWrappers(root_tree / "slurm", base, site, package_root=REPO)
+    install_wrappers(wrappers)
+    assert "-I -c 'import sys; sys.path.insert(0, sys.argv.pop(1))" in wrappers.task_prolog_text()
+    env = {"SLURM_JOB_GPUS": "0", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(wrappers.task_prolog)], env=env, capture_output=True, text=True,
+                          timeout=60, cwd="/")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID" in done.stdout.splitlines()
