@@ -15,8 +15,10 @@ gives up within that many seconds instead of the default windows (up to two minu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -85,17 +87,38 @@ def subprocess_exec(cmd: Sequence[str], timeout: float, input: str | None) -> Sl
         return SlurmResult(tuple(cmd), 1, "", message)
     env = dict(os.environ)
     env["LC_ALL"] = "C"
-    proc = subprocess.run(
+    # Its own process group, so a timeout ends everything it started (a wrapper script's
+    # children too), not only the direct child while the rest holds our pipes open.
+    with subprocess.Popen(
         list(cmd),
-        input=input,
-        capture_output=True,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env=env,
-        stdin=None if input is not None else subprocess.DEVNULL,
-        check=False,
-    )
-    return SlurmResult(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
+        start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(input, timeout=timeout)
+        except BaseException:  # the timeout, or Ctrl-C: the group no longer reaches the tty
+            _kill_group(proc)
+            raise
+    return SlurmResult(tuple(cmd), proc.returncode, stdout, stderr)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL ``proc``'s whole process group and reap it, without waiting on stray pipes."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=2)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    proc.wait()
 
 
 def is_transient(stderr: str) -> bool:
