@@ -128,6 +128,7 @@ def test_check_passes_a_fresh_installation(
     out = capsys.readouterr().out
     assert f"runs clusterjob {__version__}" in out
     assert "NVML:" in out  # found, or why not (no driver on a build machine)
+    assert "slurm.conf: " in out  # names these wrappers, or not, or could not be asked
     assert out.splitlines()[-1] == f"{prefix}: hooks ok"
 
 

@@ -33,6 +33,7 @@ MODE = 0o755
 # slurm.conf takes Prolog= unquoted: a path with blanks, quotes or `#` would be misread.
 _CONF_SAFE = re.compile(r"^/[A-Za-z0-9_./+-]+$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SLURM_BUDGET = 5.0  # seconds `--check` gives `scontrol show config`
 PROBE_TIMEOUT = 60.0  # seconds for `clusterjob --version` / `gpus` through the wrapper's Python
 
 
@@ -320,7 +321,28 @@ def check_wrappers(wrappers: HookWrappers) -> CheckResult:
     else:
         notes.append(f"interpreter {wrappers.python} runs {said}")
         notes.append(_nvml_note(wrappers))
+    notes.append(_slurm_conf_note(wrappers))
     return CheckResult(tuple(dict.fromkeys(problems)), tuple(notes))
+
+
+def _slurm_conf_note(wrappers: HookWrappers) -> str:
+    """Whether the running Slurm names these wrappers (a note: this machine's Slurm may not
+    be the one the wrappers are for, or may not be reachable from here)."""
+    from clusterjob.errors import SlurmError
+    from clusterjob.slurm.parse import parse_scontrol_config
+    from clusterjob.slurm.runner import Runner
+
+    cmd = ["scontrol", "show", "config"]
+    try:
+        config = parse_scontrol_config(Runner(budget=SLURM_BUDGET).run(cmd).stdout)
+    except (SlurmError, OSError) as exc:
+        return f"slurm.conf: not checked ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+    found = {key: config.get(key, "(none)") for key in ("Prolog", "TaskProlog")}
+    want = {"Prolog": str(wrappers.prolog), "TaskProlog": str(wrappers.task_prolog)}
+    if found == want:
+        return "slurm.conf: Prolog= and TaskProlog= name these wrappers"
+    said = ", ".join(f"{k}={v}" for k, v in found.items())
+    return f"slurm.conf: {said}, not these wrappers (slurmd runs what it names)"
 
 
 def _nvml_note(wrappers: HookWrappers) -> str:
