@@ -8,13 +8,16 @@ exercised in tests/e2e/test_jobs_slurm.py.
 
 from __future__ import annotations
 
+import re
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import SlurmClient, token_in_script
 from clusterjob.slurm.runner import Runner, SlurmResult
+from clusterjob.slurm.syntax import array_task_ids
 
 NO_CONTROLLER = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
 
@@ -49,7 +52,38 @@ class FakeSlurm:
     def add_job(self, *, state: str = "PENDING", reason: str = "Priority", **fields: str) -> str:
         job_id = str(self.next_id)
         self.next_id += 1
-        self.jobs[job_id] = {
+        self.jobs[job_id] = self._fields(job_id, state, reason, **fields)
+        return job_id
+
+    def add_array(
+        self,
+        tasks: dict[int, tuple[str, str]],
+        *,
+        pending: str | None = None,
+        reason: str = "JobArrayTaskLimit",
+        **fields: str,
+    ) -> str:
+        """An array job as squeue/sacct show it: one row per started task (``ID_N``, state
+        and exit code as given) and one ``ID_[spec]`` row for the tasks not started yet."""
+        base = str(self.next_id)
+        self.next_id += 1
+        for n, (state, exit_code) in tasks.items():
+            task_reason = "None" if state != "PENDING" else reason
+            self.jobs[f"{base}_{n}"] = self._fields(
+                f"{base}_{n}", state, task_reason, exit_code=exit_code, **fields
+            )
+        if pending:
+            self.jobs[f"{base}_[{pending}]"] = self._fields(
+                f"{base}_[{pending}]", "PENDING", reason, **fields
+            )
+        return base
+
+    def _wanted(self, job_id: str, ids: Sequence[str] | None) -> bool:
+        """Whether ``--jobs=ids`` selects the row ``job_id`` (an array id selects its tasks)."""
+        return ids is None or job_id in ids or job_id.split("_", 1)[0] in ids
+
+    def _fields(self, job_id: str, state: str, reason: str, **fields: str) -> dict[str, str]:
+        return {
             "job_id": job_id,
             "cluster": self.cluster,
             "state": state,
@@ -59,7 +93,7 @@ class FakeSlurm:
             "elapsed": "0:00",
             "time_limit": "1:00:00",
             "start": "N/A",
-            "submit": "2026-11-29T16:18:15",
+            "submit": time.strftime("%Y-%m-%dT%H:%M:%S"),  # Slurm prints local time
             "tres_per_node": "gres:gpu:a100:1",
             "user": "ana",
             "work_dir": "/home/ana/run",
@@ -70,7 +104,6 @@ class FakeSlurm:
             "exit_code": "0:0",
             **fields,
         }
-        return job_id
 
     def __call__(self, cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
         cmd = list(cmd)
@@ -102,9 +135,12 @@ class FakeSlurm:
             )
         plan = self.sbatch_plan.pop(0) if self.sbatch_plan else "ok"
         if plan in ("ok", "timeout_created"):
-            job_id = self.add_job(
-                comment=f"clusterjob:{token}", work_dir=self._option(cmd, "--chdir") or ""
-            )
+            fields = {"comment": f"clusterjob:{token}", "work_dir": self._option(cmd, "--chdir")}
+            array = re.search(r"^#SBATCH --array=(\S+)", script, re.MULTILINE)
+            if array:
+                job_id = self.add_array({}, pending=array.group(1), **fields)  # type: ignore[arg-type]
+            else:
+                job_id = self.add_job(**fields)  # type: ignore[arg-type]
             if plan == "ok":
                 return self._ok(cmd, f"{job_id}\n")
         if plan.startswith("timeout"):
@@ -118,13 +154,22 @@ class FakeSlurm:
     def _squeue(self, cmd: list[str], timeout: float) -> SlurmResult:
         wanted = self._option(cmd, "--jobs")
         ids = wanted.split(",") if wanted else None
-        if ids is not None and len(ids) == 1 and ids[0] not in self.jobs:
-            return SlurmResult(tuple(cmd), 1, "", "slurm_load_jobs error: Invalid job id specified")
         lines = [
             self._line(job, parse.SQUEUE_FIELDS)
             for job_id, job in self.jobs.items()
-            if job_id not in self.forgotten and (ids is None or job_id in ids)
+            if job_id not in self.forgotten and self._wanted(job_id, ids)
         ]
+        for wanted in ids or ():  # a task not started yet, asked for by its id: its own line
+            if wanted not in self.jobs and "_" in wanted:
+                base, task = wanted.split("_", 1)
+                for job_id, job in self.jobs.items():
+                    if job_id.startswith(base + "_[") and int(task) in array_task_ids(
+                        job_id.split("_", 1)[1]
+                    ):
+                        lines.append(self._line({**job, "job_id": wanted}, parse.SQUEUE_FIELDS))
+        known = [j for j in self.jobs if self._wanted(j, ids)]
+        if ids is not None and len(ids) == 1 and not known and not lines:
+            return SlurmResult(tuple(cmd), 1, "", "slurm_load_jobs error: Invalid job id specified")
         return self._ok(cmd, "".join(line + "\n" for line in lines))
 
     def _sacct(self, cmd: list[str], timeout: float) -> SlurmResult:
@@ -132,7 +177,7 @@ class FakeSlurm:
             return SlurmResult(tuple(cmd), 1, "", "Slurm accounting storage is disabled\n")
         ids = (self._option(cmd, "--jobs") or "").split(",")
         rows = []
-        for job_id in ids:
+        for job_id in [j for j in self.jobs if self._wanted(j, ids)]:
             job = self.jobs.get(job_id)
             if job is not None and job_id in self.unrecorded_end:
                 running = {**job, "state": "RUNNING", "reason": "None", "exit_code": "0:0"}

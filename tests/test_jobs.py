@@ -352,7 +352,7 @@ def test_resubmit_uses_a_fresh_token_and_the_original_directory(data, mllab_job)
     site, resolved, rendered = mllab_job
     slurm = FakeSlurm()
     first = submit(site, resolved, rendered, client=slurm.client(), workdir="/tmp")
-    again = resubmit("last", client=slurm.client())
+    again = resubmit("last", same_script=True, client=slurm.client())
     assert again.job_id != first.job_id
     new = Registry().get(again.job_id)
     assert new is not None

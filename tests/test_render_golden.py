@@ -88,6 +88,20 @@ CASES = {
     ),
     # hpccentre: --gpus-per-node with NVML-style GRES names, plus the model's node feature
     "hpccentre-a100x4": ("hpccentre", dict(model="A100", gpus=4)),
+    # mllab: a sweep as one array job (task i's arguments chosen by SLURM_ARRAY_TASK_ID), a
+    # single-node --signal sent to the batch shell, --requeue appending to one log
+    "mllab-a100x1-sweep": (
+        "mllab",
+        dict(
+            model="a100",
+            gpus=1,
+            array="%2",
+            signal="USR1@90",
+            requeue=True,
+            args=("--epochs", "3"),
+            task_args=(("--lr=1e-4", "--bs=32"), ("--lr=3e-4", "--name=$(touch pwned) it's")),
+        ),
+    ),
     # hpccentre: 8 per node only exists in gpu-big, which is not the default partition
     "hpccentre-a100x8-2nodes": ("hpccentre", dict(model="a100-sxm4-80gb", gpus=8, nodes=2)),
     # h100farm: untyped GRES, the model chosen by --constraint; torchrun over four nodes

@@ -134,7 +134,7 @@ def test_parse_squeue_name_with_separator_stays_whole() -> None:
 
 def test_squeue_format_matches_the_recorded_command() -> None:
     fields = parse.squeue_format().split(",")
-    assert fields[0] == "JobID:0" + parse.DELIMITER
+    assert fields[0] == "JobArrayID:0" + parse.DELIMITER
     assert fields[-1] == "Name:0"
     assert len(fields) == len(parse.SQUEUE_FIELDS)
 

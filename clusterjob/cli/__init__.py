@@ -141,6 +141,8 @@ COMMAND_MODULES = {
     "logs": "jobs",
     "cancel": "jobs",
     "resubmit": "jobs",
+    "wait": "jobs",
+    "show": "jobs",
     "avail": "avail",
     "run": "workstation",
     "preflight": "node",

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from clusterjob.cli import app
+from clusterjob.cli.common import SiteOption, load_site
 from clusterjob.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load sqlite and Slurm
@@ -16,7 +18,13 @@ if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load sqli
 
 
 def _table(rows: list[JobStatus]) -> str:
-    headers = ("JOBID", "STATE", "NAME", "NODES", "GPUS", "TIME", "SITE", "REASON")
+    shown: list[JobStatus] = []
+    for r in rows:
+        shown.append(r)
+        shown.extend(r.tasks)
+    params = any(r.params for r in shown)
+    headers: tuple[str, ...] = ("JOBID", "STATE", "NAME", "NODES", "GPUS", "TIME", "SITE", "REASON")
+    headers += ("PARAMS",) if params else ()
     lines = [
         (
             r.job_id,
@@ -28,25 +36,51 @@ def _table(rows: list[JobStatus]) -> str:
             r.site or "-",
             r.reason or "",
         )
-        for r in rows
+        + ((r.params or "",) if params else ())
+        for r in shown
     ]
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *lines, strict=False)]
     out = []
     for cells in (headers, *lines):
         out.append("  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    notes = [f"{r.job_id}: {r.explanation}" for r in rows if r.explanation]
+    notes = [f"{r.job_id}: {r.explanation}" for r in shown if r.explanation]
     return "\n".join(out + notes)
 
 
 @app.command()
 def status(
     job: Annotated[
-        list[str] | None, typer.Argument(help="Job ids (or `last`); default: tracked jobs.")
+        list[str] | None,
+        typer.Argument(help="Job ids (or `last`, `last~N`, ID_TASK); default: tracked jobs."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON list, for scripts.")] = False,
     show_all: Annotated[
         bool, typer.Option("--all", help="Every job clusterjob ever submitted.")
     ] = False,
+    tasks: Annotated[
+        bool, typer.Option("--tasks", help="List each task of an array (and its parameters).")
+    ] = False,
+    state: Annotated[
+        str | None, typer.Option("--state", help="Only jobs in these states, e.g. FAILED,RUNNING.")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Only jobs whose name matches (glob, e.g. 'lr*').")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only jobs submitted since: 30m, 2h, 3d or 2026-12-01[T10:00]."
+        ),
+    ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch", "-w", help="Refresh in place every --interval seconds (Ctrl-C ends)."
+        ),
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between --watch refreshes.")
+    ] = 10.0,
     fix_registry: Annotated[
         bool,
         typer.Option("--repair", help="Move an unreadable job registry aside, start a new one."),
@@ -60,36 +94,79 @@ def status(
         moved = repair()
         print(f"job registry moved aside to {moved}" if moved else "job registry is fine")
         return
-    rows = job_status.status(job or (), show_all=show_all)
-    if as_json:
-        print(json.dumps([r.to_dict() for r in rows], indent=2))
-    elif rows:
-        print(_table(rows))
-    else:
-        print("no tracked jobs (see --all for finished ones)", file=sys.stderr)
+    wanted = job_status.StatusFilter.parse(state=state, name=name, since=since)
+    if watch and interval <= 0:
+        raise UsageError("--interval must be a positive number of seconds")
+
+    def show() -> None:
+        rows = wanted.apply(
+            job_status.status(job or (), show_all=show_all or wanted.since is not None, tasks=tasks)
+        )
+        if as_json:
+            print(json.dumps([r.to_dict() for r in rows], indent=2))
+        elif rows:
+            print(_table(rows))
+        else:
+            print("no tracked jobs (see --all for finished ones)", file=sys.stderr)
+
+    if not watch:
+        show()
+        return
+    clear = "\033[H\033[2J" if sys.stdout.isatty() else ""
+    while True:  # ends with Ctrl-C (exit 130)
+        sys.stdout.write(clear + time.strftime("%H:%M:%S") + f"  every {interval:g}s\n")
+        show()
+        sys.stdout.flush()
+        time.sleep(interval)
 
 
 @app.command()
 def logs(
-    job: Annotated[str, typer.Argument(help="Job id or `last`.")],
+    job: Annotated[str, typer.Argument(help="Job id (ID_TASK for an array task) or `last`.")],
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
     ] = False,
     err: Annotated[bool, typer.Option("--err", help="The job's stderr file, not stdout.")] = False,
+    task: Annotated[
+        int | None, typer.Option("--task", help="The array task whose output to print.")
+    ] = None,
 ) -> None:
     """Print a job's output file (Slurm's own path for it)."""
     from clusterjob.jobs import logs as job_logs
 
-    path = job_logs.output_path(job, stderr=err)
+    path = job_logs.output_path(job, stderr=err, task=task)
+    name = job if task is None else f"{job}_{task}"
     if not follow:
         if not path.exists():
             raise UsageError(f"{path} does not exist (yet): the job may not have started")
         sys.stdout.write(path.read_text(errors="replace"))
         return
     print(f"==> {path} <==", file=sys.stderr)
-    for chunk in job_logs.follow(path, finished=lambda: job_logs.is_finished(job)):
+    for chunk in job_logs.follow(path, finished=lambda: job_logs.is_finished(name)):
         sys.stdout.write(chunk)
         sys.stdout.flush()
+
+
+@app.command()
+def wait(
+    job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")],
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Give up after this many seconds (exit 124)."),
+    ] = None,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between looks at Slurm.")
+    ] = 10.0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
+) -> None:
+    """Wait until the jobs end; exit with the job's exit code (an array: non-zero if any task
+    failed; several jobs: the first non-zero)."""
+    from clusterjob.jobs import wait as job_wait
+
+    result = job_wait.wait(job, timeout=timeout, interval=interval)
+    if not quiet:
+        print(result, file=sys.stderr if result.timed_out else sys.stdout)
+    raise typer.Exit(result.exit_code)
 
 
 @app.command()
@@ -101,9 +178,67 @@ def cancel(job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")
     print(f"cancel requested for {', '.join(ids)}")
 
 
-@app.command()
-def resubmit(job: Annotated[str, typer.Argument(help="Job id or `last`.")]) -> None:
-    """Submit a recorded job's script again, from the directory it was first submitted in."""
+@app.command(context_settings={"allow_interspersed_args": True})
+def resubmit(
+    job: Annotated[str, typer.Argument(help="Job id or `last`.")],
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(help="New arguments for the script (after --), replacing the old ones."),
+    ] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPUs per node.")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="GPU model.")] = None,
+    time_limit: Annotated[str | None, typer.Option("--time", "-t", help="Time limit.")] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", "-N", help="Nodes.")] = None,
+    partition: Annotated[str | None, typer.Option("--partition", "-p")] = None,
+    same_script: Annotated[
+        bool,
+        typer.Option("--same-script", help="Replay the recorded script byte for byte (new token)."),
+    ] = False,
+    site: SiteOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the new job as JSON.")] = False,
+    parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id only.")] = False,
+) -> None:
+    """Submit a recorded job again from its directory: re-rendered from the recorded request
+    with today's site and templates (and any changes), or --same-script."""
     from clusterjob.jobs import submit as job_submit
 
-    print(job_submit.resubmit(job))
+    changes = job_submit.Changes(tuple(args or ()), gpus, model, time_limit, nodes, partition)
+    the_site = None if same_script else load_site(site)
+    result = job_submit.resubmit(job, site=the_site, changes=changes, same_script=same_script)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+    elif parsable:
+        print(result.job_id)
+    else:
+        print(result)
+
+
+@app.command()
+def show(
+    job: Annotated[str, typer.Argument(help="Job id or `last`.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object, for scripts.")] = False,
+) -> None:
+    """Where a job came from: command line, directory, git commit, site, token, script."""
+    from clusterjob.jobs import submit as job_submit
+
+    info = job_submit.provenance(job)
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    commit = info["git_commit"] or "-"
+    if info["git_dirty"]:
+        commit = f"{commit} (dirty: uncommitted changes)"
+    rows = [
+        ("job", f"{info['job_id']} on cluster {info['cluster'] or '?'} ({info['state']})"),
+        ("submitted", info["submitted"]),
+        ("command line", info["command_line"]),
+        ("working dir", info["work_dir"]),
+        ("git commit", commit),
+        ("site", info["site"]),
+        ("token", info["token"]),
+        ("script", info["script_path"]),
+        ("sbatch command", info["sbatch_command"]),
+    ]
+    if info["resubmit_of"]:
+        rows.append(("resubmit of", info["resubmit_of"]))
+    print("\n".join(f"{k + ':':<16}{v}" for k, v in rows))

@@ -7,6 +7,8 @@ clusterjob's options may stand before or after SCRIPT (``clusterjob submit train
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -78,14 +80,51 @@ def submit(
         bool,
         typer.Option("--test-only", help="Ask Slurm to validate the job (sbatch --test-only)."),
     ] = False,
+    sweep: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sweep",
+            help="NAME=V1,V2,...: one array task per value (repeat: every combination); "
+            "task i gets --NAME=Vi appended.",
+        ),
+    ] = None,
+    params: Annotated[
+        Path | None,
+        typer.Option(
+            "--params", help="File: one array task per line of arguments (shell words or JSON)."
+        ),
+    ] = None,
+    mkdir: Annotated[
+        bool, typer.Option("--mkdir", help="Create the -o/-e directories if missing.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print id, cluster, script and sbatch command as JSON.")
+    ] = False,
+    parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id only.")] = False,
 ) -> None:
     """Submit SCRIPT with GPUs of one model, in this site's own sbatch syntax."""
     from clusterjob.jobscript.render import render
-    from clusterjob.jobscript.request import JobRequest, resolve
+    from clusterjob.jobscript.request import (
+        JobRequest,
+        params_task_args,
+        resolve,
+        sweep_task_args,
+    )
 
     args = list(args or [])
     if dry_run and test_only:
         raise UsageError("--dry-run and --test-only exclude each other")
+    if as_json and parsable:
+        raise UsageError("--json and --parsable exclude each other")
+    if sweep and params is not None:
+        raise UsageError("--sweep and --params exclude each other")
+    task_args = sweep_task_args(sweep) if sweep else ()
+    if params is not None:
+        try:
+            text = params.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--params {params}: cannot read it ({exc})") from None
+        task_args = params_task_args(text, str(params))
     if gpus is None:
         raise UsageError("--gpus is required (GPUs per node, e.g. --gpus 2)")
     if not Path(script).is_file():
@@ -116,10 +155,17 @@ def submit(
         constraint=constraint,
         sbatch_args=tuple(sbatch_arg or ()),
         tasks_per_node=tasks_per_node,
+        task_args=task_args,
     )
+    if dependency and "last" in dependency:
+        from clusterjob.jobs.submit import expand_dependency
+
+        request = replace(request, dependency=expand_dependency(dependency))
     the_site = load_site(site)
     resolved = resolve(the_site, request)
     rendered = render(the_site, resolved)
+    for note in resolved.notes:
+        typer.echo(f"note: {note}", err=True)
     if dry_run:
         typer.echo(rendered.script, nl=False)
         typer.echo(
@@ -130,5 +176,11 @@ def submit(
         return
     from clusterjob.jobs import submit as job_submit
 
+    job_submit.check_output_dirs(
+        resolved.request.output, resolved.request.error, Path.cwd(), mkdir=mkdir
+    )
     result = job_submit.submit(the_site, resolved, rendered, test_only=test_only)
+    if isinstance(result, job_submit.Submitted) and (as_json or parsable):
+        typer.echo(json.dumps(result.to_dict()) if as_json else result.job_id)
+        return
     typer.echo(str(result))

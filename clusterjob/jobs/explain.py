@@ -37,8 +37,11 @@ REASONS = {
     "drained (see `sinfo -R`; the clusterjob Prolog drains nodes whose GPUs are wrong)",
     "NodeDown": "a node it needs is down",
     "Dependency": "waiting for the jobs it depends on",
-    "DependencyNeverSatisfied": "a job it depends on failed, so it will never start: cancel it",
-    "BeginTime": "waiting for its --begin time",
+    "DependencyNeverSatisfied": "a job it depends on failed or was cancelled, so it will never "
+    "start: cancel it",
+    "BeginTime": "waiting for its --begin time (or, after a requeue, for Slurm's restart delay)",
+    "JobArrayTaskLimit": "the array's %N limit lets only that many tasks run at once; the "
+    "others wait their turn",
     "JobHeldUser": "held by you: `scontrol release <id>` to let it start",
     "JobHeldAdmin": "held by an administrator",
     "PartitionTimeLimit": "its --time is over the partition's limit, so it will never start: "
@@ -64,8 +67,18 @@ STATE_NOTES = {
 }
 
 
+def is_pending_reason(reason: str | None) -> bool:
+    """Whether ``reason`` is why a job waits (sacct keeps the last one after the job ended)."""
+    return reason is not None and any(reason.startswith(key) for key in REASONS)
+
+
 def explain(state: str, reason: str | None, job_id: str = "<id>") -> str:
-    """One line saying why a job is where it is, in GPU terms; "" when nothing to add."""
+    """One line saying why a job is where it is, in GPU terms; "" when nothing to add.
+
+    An ended job's pending reason (sacct keeps ``Dependency`` on a job that since ran) is
+    history, not news: it is not explained."""
+    if reason and parse.is_final(state) and is_pending_reason(reason):
+        reason = None
     if reason:
         text = REASONS.get(reason)
         if text is None and reason.startswith("launch failed requeued held"):

@@ -2,30 +2,56 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from clusterjob.errors import UsageError
-from clusterjob.jobs.registry import Registry
-from clusterjob.jobs.status import status
+from clusterjob.jobs.registry import JobRecord, Registry
+from clusterjob.jobs.status import array_spec, status
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import SlurmClient
+from clusterjob.slurm.syntax import array_task_ids, split_array_id
+
+NO_VAL = "4294967294"  # Slurm's "no value": the task id it prints for an array's own record
 
 
 def output_path(
     job: str,
     *,
     stderr: bool = False,
+    task: int | None = None,
     client: SlurmClient | None = None,
     registry: Registry | None = None,
 ) -> Path:
     """Where the job writes its stdout (or stderr): Slurm's expanded path while it remembers
-    the job, else the one recorded, else ``slurm-<id>.out`` in the submission directory."""
+    the job, else the one recorded, else ``slurm-<id>.out`` in the submission directory.
+
+    An array task is ``ID_N`` (or ``task=N``); an array itself has no one file, so naming
+    one without a task is refused with the tasks it has.
+    """
     client = client or SlurmClient()
     registry = registry or Registry()
     job_id = registry.resolve_id(job)
-    record = registry.get(job_id)
+    base, task_text = split_array_id(job_id)
+    if task is not None:
+        if task_text is not None and task_text != str(task):
+            raise UsageError(f"job {job_id} and --task {task} name different tasks")
+        task_text = str(task)
+    record = registry.get(base)
+    spec = array_spec(record.script) if record is not None else None
+    if task_text is not None:
+        return _task_output(base, task_text, spec, record, stderr, client)
+    if record is not None and spec is not None:
+        ids = array_task_ids(spec) if spec else []
+        first = ids[0] if ids else 0
+        raise UsageError(
+            f"job {base} is an array of {len(ids)} tasks ({spec.split('%')[0]}); name one: "
+            f"clusterjob logs {base}_{first} (or --task {first}); `clusterjob status {base} "
+            "--tasks` lists them"
+        )
     recorded = None
     if record is not None:
         recorded = record.stderr_path if stderr else record.stdout_path
@@ -33,13 +59,64 @@ def output_path(
         paths = client.job_output_paths(job_id)
         if paths is not None:
             chosen = paths[1] if stderr else paths[0]
-            if chosen:
+            if chosen and NO_VAL not in chosen:
                 return Path(chosen)
-    if recorded:
+    if recorded and NO_VAL not in recorded:
         return Path(recorded)
     if record is None:
         raise UsageError(f"job {job_id}: Slurm no longer knows it and clusterjob did not submit it")
     return Path(record.work_dir) / f"slurm-{job_id}.out"
+
+
+_OUTPUT_LINE = re.compile(r"^#SBATCH\s+(?:--output[= ]|-o\s*)\"?([^\"\n]+?)\"?\s*$", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^#SBATCH\s+(?:--error[= ]|-e\s*)\"?([^\"\n]+?)\"?\s*$", re.MULTILINE)
+
+
+def _task_output(
+    base: str,
+    task: str,
+    spec: str | None,
+    record: JobRecord | None,
+    stderr: bool,
+    client: SlurmClient,
+) -> Path:
+    """A task's file: scontrol's path while Slurm remembers the task, else the script's
+    ``--output`` pattern (default ``slurm-%A_%a.out``) expanded for it."""
+    if not task.isdigit():
+        raise UsageError(f"not a task id: {task!r} (expected digits, e.g. {base}_3)")
+    if record is not None and spec is not None and int(task) not in array_task_ids(spec):
+        raise UsageError(f"job {base} has no task {task} (its tasks: {spec.split('%')[0]})")
+    if record is None or not parse.is_final(record.state):
+        paths = client.job_output_paths(f"{base}_{task}")
+        if paths is not None:
+            chosen = paths[1] if stderr else paths[0]
+            if chosen and NO_VAL not in chosen:
+                return Path(chosen)
+    if record is None:
+        raise UsageError(
+            f"job {base}_{task}: Slurm no longer knows it and clusterjob did not submit it"
+        )
+    pattern = None
+    if stderr:
+        m = _ERROR_LINE.search(record.script)
+        pattern = m.group(1) if m else None
+    if pattern is None:
+        m = _OUTPUT_LINE.search(record.script)
+        pattern = m.group(1) if m else "slurm-%A_%a.out"
+    pattern = re.sub(r"%(\d*)a", lambda m: task.zfill(int(m.group(1) or 0)), pattern)
+    path = parse.expand_output_pattern(
+        pattern, job_id=base, name=record.job_name, user=_user(), first_node=None
+    )
+    return Path(path) if os.path.isabs(path) else Path(record.work_dir) / path
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
 
 
 def follow(

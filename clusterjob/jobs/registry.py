@@ -23,7 +23,7 @@ from clusterjob.errors import RegistryCorrupt, RegistryError, UsageError
 from clusterjob.jobs.private_files import ensure_private_dir, narrow_to_owner, owner_only_umask
 
 REGISTRY_FILE = "jobs.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: request, tasks (added in place to a version-1 file)
 BUSY_TIMEOUT_MS = 60_000
 
 _SCHEMA = """
@@ -49,7 +49,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     stderr_path TEXT,
     state_checked_at REAL,
     gpus TEXT,
-    elapsed TEXT
+    elapsed TEXT,
+    request TEXT,
+    tasks TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id, cluster);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
@@ -90,6 +92,8 @@ class JobRecord:
     state_checked_at: float | None = None
     gpus: str | None = None  # the GPUs Slurm gave, as TRES: gres/gpu:a100=2
     elapsed: str | None = None  # run time as Slurm reports it, e.g. 00:01:02
+    request: str | None = None  # the JobRequest as JSON (resubmit re-renders it; sweep params)
+    tasks: str | None = None  # an ended array's tasks as JSON (status --tasks without Slurm)
 
     @property
     def submitted(self) -> datetime:
@@ -112,6 +116,7 @@ class StateUpdate(NamedTuple):
     stderr_path: str | None = None
     gpus: str | None = None
     elapsed: str | None = None
+    tasks: str | None = None
 
 
 class Registry:
@@ -185,7 +190,12 @@ class Registry:
         for statement in filter(str.strip, _SCHEMA.split(";")):
             conn.execute(statement)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
+        if version < SCHEMA_VERSION:
+            # an older registry gains the new columns in place; its records stay as they are
+            have = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+            for column in _COLUMNS:
+                if column not in have:
+                    conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version > SCHEMA_VERSION:
             conn.execute("ROLLBACK")
@@ -221,7 +231,8 @@ class Registry:
                 "state = ?, reason = ?, exit_code = COALESCE(?, exit_code), "
                 "nodes = COALESCE(?, nodes), stdout_path = COALESCE(?, stdout_path), "
                 "stderr_path = COALESCE(?, stderr_path), gpus = COALESCE(?, gpus), "
-                "elapsed = COALESCE(?, elapsed), state_checked_at = ? WHERE token = ?",
+                "elapsed = COALESCE(?, elapsed), tasks = COALESCE(?, tasks), "
+                "state_checked_at = ? WHERE token = ?",
                 [
                     (
                         u.cluster,
@@ -233,6 +244,7 @@ class Registry:
                         u.stderr_path,
                         u.gpus,
                         u.elapsed,
+                        u.tasks,
                         checked_at,
                         u.token,
                     )
@@ -284,16 +296,30 @@ class Registry:
         return rows[0] if rows else None
 
     def resolve_id(self, spec: str) -> str:
-        """A job id as typed: digits (or ``123_4``), or ``last`` for the newest submission."""
+        """A job id as typed: digits (or ``123_4``), ``last`` for the newest submission,
+        ``last~N`` for the one N submissions before it."""
         spec = spec.strip()
-        if spec == "last":
-            record = self.newest()
-            if record is None:
-                raise UsageError("`last`: clusterjob has not submitted any job yet")
-            return record.job_id
+        back = _last_offset(spec)
+        if back is not None:
+            rows = self._select(tail=f"ORDER BY submitted_at DESC, seq DESC LIMIT 1 OFFSET {back}")
+            if not rows:
+                if back == 0:
+                    raise UsageError("`last`: clusterjob has not submitted any job yet")
+                raise UsageError(f"`{spec}`: clusterjob has not submitted {back + 1} jobs yet")
+            return rows[0].job_id
         if not spec or not all(part.isdigit() for part in spec.split("_", 1)):
             raise UsageError(f"not a job id: {spec!r} (expected digits such as 12345, or last)")
         return spec
+
+
+def _last_offset(spec: str) -> int | None:
+    """``last`` -> 0, ``last~2`` -> 2; None for anything else."""
+    if spec == "last":
+        return 0
+    head, sep, n = spec.partition("~")
+    if head == "last" and sep and n.isdigit() and n.isascii():
+        return int(n)
+    return None
 
 
 def repair(path: Path | None = None) -> Path | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shlex
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -19,10 +21,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from clusterjob.errors import UsageError
-from clusterjob.jobs.explain import explain
+from clusterjob.jobs.explain import explain, is_pending_reason
 from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir
 from clusterjob.slurm import parse
-from clusterjob.slurm.commands import SlurmClient
+from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient
+from clusterjob.slurm.parse import is_final
+from clusterjob.slurm.syntax import array_task_ids, split_array_id
 
 CACHE_FILE = "status-cache.json"
 DEFAULT_CACHE_SECONDS = 10.0
@@ -46,6 +50,10 @@ class JobStatus:
     site: str
     source: str  # squeue | sacct | registry | none
     gpus: str | None = None  # GPUs as Slurm accounts them: gres/gpu:a100=2
+    tasks_summary: str | None = None  # an array: "10 tasks: 8 COMPLETED, 1 FAILED (exit 7), ..."
+    tasks: tuple[JobStatus, ...] = ()  # an array's tasks, when asked for (status --tasks)
+    params: str | None = None  # a sweep task: the arguments appended for it
+    restarts: int | None = None  # how often Slurm requeued it, when known
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -112,6 +120,11 @@ def _seconds(text: str | None, default: float) -> float:
     return value
 
 
+def _asked(job_id: str, ids: Sequence[str]) -> bool:
+    """Whether a row answers one of ``ids`` (an array's id is answered by its tasks' rows)."""
+    return job_id in ids or split_array_id(job_id)[0] in ids
+
+
 def _squeue(
     client: SlurmClient, cache: StatusCache, ids: list[str], now: float
 ) -> list[parse.QueuedJob]:
@@ -119,8 +132,7 @@ def _squeue(
         return []
     hit = cache.get("squeue", ids, now)
     if hit is not None:
-        wanted = set(ids)
-        return [j for j in parse.parse_squeue(hit["stdout"]) if j.job_id in wanted]
+        return [j for j in parse.parse_squeue(hit["stdout"]) if _asked(j.job_id, ids)]
     out = client.squeue_output(ids)
     cache.put("squeue", ids, now, stdout=out)
     return parse.parse_squeue(out)
@@ -135,8 +147,7 @@ def _sacct(
     if hit is not None:
         if hit.get("disabled"):
             return None
-        wanted = set(ids)
-        return [j for j in parse.parse_sacct(hit["stdout"]) if j.job_id in wanted]
+        return [j for j in parse.parse_sacct(hit["stdout"]) if _asked(j.job_id, ids)]
     out = client.sacct_output(ids)
     if out is None:
         cache.put("sacct", ids, now, disabled=True)
@@ -188,46 +199,85 @@ def status(
     jobs: Sequence[str] = (),
     *,
     show_all: bool = False,
+    tasks: bool = False,
     client: SlurmClient | None = None,
     registry: Registry | None = None,
     cache: StatusCache | None = None,
     now: float | None = None,
 ) -> list[JobStatus]:
-    """The state of tracked jobs (or of ``jobs``; ``last`` allowed), oldest first.
+    """The state of tracked jobs (or of ``jobs``; ``last``, ``ID_TASK`` allowed), oldest first.
 
-    At most one squeue and one sacct call, whatever the number of jobs; none when every
-    job's end is already recorded or a recent answer is cached.
+    At most one squeue and one sacct call, whatever the number of jobs or array tasks; none
+    when every job's end is already recorded or a recent answer is cached. An array is one
+    row whose state sums up its tasks (``tasks``: each task listed under it).
     """
     client = client or SlurmClient()
     registry = registry or Registry()
     cache = cache or StatusCache()
     now = time.time() if now is None else now
-    records, untracked = _select(registry, jobs, show_all, now)
+    records, untracked, task_of = _select_tasks(registry, jobs, show_all, now)
     live = [r for r in records if not parse.is_final(r.state)]
     ask = sorted({r.job_id for r in live} | set(untracked))
+    arrays = {r.token: array_spec(r.script) for r in records}
 
     queued: dict[str, list[parse.QueuedJob]] = {}
     for queued_row in _squeue(client, cache, ask, now):
         queued.setdefault(queued_row.job_id, []).append(queued_row)
-    # squeue cannot say how a job ended (exit code): ask sacct about ended ones too
+        base, task = split_array_id(queued_row.job_id)
+        if task is not None:
+            queued.setdefault(base, []).append(queued_row)
+    # squeue cannot say how a job ended (exit code): ask sacct about ended ones too; an array
+    # whenever squeue does not show every task still going
     missing = [i for i in ask if i not in queued or any(parse.is_final(q.state) for q in queued[i])]
+    for r in live:
+        spec = arrays[r.token]
+        if spec is not None and r.job_id not in missing:
+            going = _task_ids(queued.get(r.job_id, []), final=False)
+            if not set(_spec_ids(spec)) <= going:
+                missing.append(r.job_id)
     accounted: dict[str, list[parse.AccountedJob]] = {}
     accounting = True
-    rows = _sacct(client, cache, missing, now)
+    rows = _sacct(client, cache, sorted(set(missing)), now)
     if rows is None:
         accounting = False
     else:
         for accounted_row in rows:
             accounted.setdefault(accounted_row.job_id, []).append(accounted_row)
+            base, task = split_array_id(accounted_row.job_id)
+            if task is not None:
+                accounted.setdefault(base, []).append(accounted_row)
 
     results: list[JobStatus] = []
     updates: list[StateUpdate] = []
     for record in records:
+        spec = arrays[record.token]
+        if spec is not None:
+            whole, update = _array_status(
+                record,
+                spec,
+                queued.get(record.job_id, []),
+                accounted.get(record.job_id, []),
+                with_tasks=tasks or record.token in task_of,
+            )
+            if update is not None:
+                updates.append(update)
+            if record.token in task_of:
+                results.extend(_only_task(whole, record, task_of[record.token]))
+            else:
+                results.append(whole)
+            continue
         if parse.is_final(record.state):
             results.append(_from_record(record))
             continue
-        q = _pick(queued.get(record.job_id), record.cluster)
-        a = _pick(accounted.get(record.job_id), record.cluster)
+        q = _ours(_pick(queued.get(record.job_id), record.cluster), record)
+        a = _ours(_pick(accounted.get(record.job_id), record.cluster), record)
+        if q is None and a is None and (queued.get(record.job_id) or accounted.get(record.job_id)):
+            note = (
+                f"Slurm's job {record.job_id} is another job now (the cluster was rebuilt and "
+                "its job ids started again?); this one's end is unknown"
+            )
+            results.append(_from_record(record, state="UNKNOWN", note=note))
+            continue
         if q is not None and not (parse.is_final(q.state) and a and parse.is_final(a.state)):
             exit_code = _ended_exit_code(client, q) if parse.is_final(q.state) else None
             stdout = _expand(q.stdout, q, record) if q.stdout else None
@@ -244,7 +294,8 @@ def status(
                         elapsed=q.elapsed or None,
                     )
                 )
-            results.append(_from_row(q, record, "squeue", exit_code=exit_code))
+            shown = _from_row(q, record, "squeue", exit_code=exit_code)
+            results.append(_with_restarts(client, shown, q, record))
         elif a is not None:
             updates.append(
                 StateUpdate(
@@ -271,15 +322,341 @@ def status(
         row: parse.QueuedJob | parse.AccountedJob | None
         row = _pick(queued.get(job_id), "") or _pick(accounted.get(job_id), "")
         if row is None:
+            row = _task_row(queued, job_id) or _task_row(accounted, job_id)
+        if row is None:
             raise UsageError(f"job {job_id}: Slurm does not know it")
         code = None
         if isinstance(row, parse.QueuedJob) and parse.is_final(row.state):
             code = _ended_exit_code(client, row)
-        results.append(
-            _from_row(row, None, "squeue" if job_id in queued else "sacct", exit_code=code)
-        )
+        source = "squeue" if isinstance(row, parse.QueuedJob) else "sacct"
+        shown = _from_row(row, None, source, exit_code=code)
+        results.append(shown if row.job_id == job_id else _replace_id(shown, job_id))
     registry.update_states(updates, checked_at=now)
     return results
+
+
+# --- arrays -----------------------------------------------------------------------------------
+
+_ARRAY_LINE = re.compile(r"^#SBATCH\s+(?:--array[= ]|-a\s*)\"?([^\s\"]+)", re.MULTILINE)
+_RUNNING = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"})
+_FAILED = frozenset(
+    {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+)
+_ORDER = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "CANCELLED", "RUNNING")
+
+
+def array_spec(script: str) -> str | None:
+    """The ``--array`` value of a recorded job script; None for a plain job."""
+    m = _ARRAY_LINE.search(script)
+    return m.group(1) if m else None
+
+
+def _spec_ids(spec: str) -> list[int]:
+    try:
+        return array_task_ids(spec)
+    except ValueError:
+        return []
+
+
+def _expand_task(task: str) -> list[int]:
+    """``3`` -> [3]; ``[4-9%2]`` (tasks not started, as squeue/sacct print them) -> 4..9."""
+    return [int(task)] if task.isdigit() else _spec_ids(task)
+
+
+def _task_ids(rows: Iterable[parse.QueuedJob | parse.AccountedJob], *, final: bool) -> set[int]:
+    ids: set[int] = set()
+    for row in rows:
+        _, task = split_array_id(row.job_id)
+        if task is not None and (final or not parse.is_final(row.state)):
+            ids.update(_expand_task(task))
+    return ids
+
+
+def _task_row(
+    rows: dict[str, list[_Row]], job_id: str
+) -> _Row | None:  # fmt: skip
+    """The row that holds task ``ID_N`` (its own, or its pending range ``ID_[..]``)."""
+    base, task = split_array_id(job_id)
+    if task is None or not task.isdigit():
+        return None
+    for row in rows.get(base, []):
+        _, held = split_array_id(row.job_id)
+        if held is not None and int(task) in _expand_task(held):
+            return row
+    return None
+
+
+def _replace_id(row: JobStatus, job_id: str) -> JobStatus:
+    from dataclasses import replace
+
+    return replace(row, job_id=job_id, explanation=explain(row.state, row.reason, job_id))
+
+
+@dataclass(frozen=True)
+class _Task:
+    task: int
+    state: str
+    reason: str | None
+    exit_code: int | None
+    nodes: str | None
+    elapsed: str | None
+    gpus: str | None
+    source: str
+
+
+def _tasks_from_rows(
+    expected: list[int], queued: list[parse.QueuedJob], accounted: list[parse.AccountedJob]
+) -> dict[int, _Task]:
+    """Each task's state: squeue while it is going, sacct once it ended (with its exit code);
+    a task squeue shows ended but sacct has not recorded yet has no exit code."""
+    tasks: dict[int, _Task] = {}
+    for source, rows in (("sacct", accounted), ("squeue", queued)):
+        for row in rows:
+            _, held = split_array_id(row.job_id)
+            if held is None:
+                continue
+            code = row.exit_code if isinstance(row, parse.AccountedJob) else None
+            for n in _expand_task(held):
+                known = tasks.get(n)
+                ended = known is not None and known.source == "sacct" and is_final(known.state)
+                if ended and (is_final(row.state) or row.state == "PENDING"):
+                    continue  # sacct has the end (and the code); squeue's is a late echo
+                final = parse.is_final(row.state)
+                tasks[n] = _Task(
+                    task=n,
+                    state=row.state,
+                    # a finished task keeps the pending reason it once had (sacct): drop it
+                    reason=None
+                    if final and row.state == "COMPLETED"
+                    else _reason(row.state, row.reason),
+                    exit_code=code if final else None,
+                    nodes=row.nodes,
+                    elapsed=row.elapsed or None,
+                    gpus=_gpus_of(row),
+                    source=source,
+                )
+    for n in expected:
+        tasks.setdefault(n, _Task(n, "UNKNOWN", None, None, None, None, None, "none"))
+    return dict(sorted(tasks.items()))
+
+
+def _summary(tasks: Sequence[_Task]) -> tuple[str, str, int | None, str | None]:
+    """(state, ``10 tasks: 8 COMPLETED, 1 FAILED (exit 7), 1 RUNNING``, exit code, reason)."""
+    counts: dict[str, list[_Task]] = {}
+    for t in tasks:
+        counts.setdefault(t.state, []).append(t)
+    states = set(counts)
+    pending = [t for t in tasks if not parse.is_final(t.state) and t.state not in _RUNNING]
+    if states & _RUNNING:
+        state = "RUNNING"
+    elif pending:
+        state = "PENDING"
+    elif states <= {"COMPLETED"}:
+        state = "COMPLETED"
+    elif states & _FAILED:
+        state = "FAILED"
+    else:
+        state = "CANCELLED"
+    parts = []
+    for name in sorted(counts, key=lambda s: (_ORDER.index(s) if s in _ORDER else len(_ORDER), s)):
+        codes = sorted({t.exit_code for t in counts[name] if t.exit_code})
+        exits = f" (exit {','.join(map(str, codes))})" if codes else ""
+        parts.append(f"{len(counts[name])} {name}{exits}")
+    summary = f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}: " + ", ".join(parts)
+    failed = [t.exit_code for t in tasks if t.state in _FAILED and t.exit_code]
+    code: int | None = None
+    if not pending and not states & _RUNNING:
+        code = failed[0] if failed else (0 if state == "COMPLETED" else None)
+        if code is None and all(t.exit_code is not None for t in tasks):
+            code = next((t.exit_code for t in tasks if t.exit_code), 0)
+    reason = next((t.reason for t in pending if t.reason), None) if state == "PENDING" else None
+    return state, summary, code, reason
+
+
+def _params(record: JobRecord) -> list[str]:
+    """A sweep's per-task arguments (task i: item i), from the recorded request."""
+    if not record.request:
+        return []
+    try:
+        task_args = json.loads(record.request).get("task_args") or []
+    except (ValueError, AttributeError):
+        return []
+    return [shlex.join(str(a) for a in args) for args in task_args]
+
+
+def _array_status(
+    record: JobRecord,
+    spec: str,
+    queued: list[parse.QueuedJob],
+    accounted: list[parse.AccountedJob],
+    *,
+    with_tasks: bool,
+) -> tuple[JobStatus, StateUpdate | None]:
+    """An array as one row: its state sums up its tasks (FAILED if any failed, RUNNING while
+    any runs); each task keeps its own state, reason and exit code."""
+    queued = [
+        q
+        for q in queued
+        if (not record.cluster or q.cluster == record.cluster) and _ours(q, record)
+    ]
+    accounted = [
+        a
+        for a in accounted
+        if (not record.cluster or a.cluster == record.cluster) and _ours(a, record)
+    ]
+    update = None
+    if parse.is_final(record.state) and record.tasks:
+        tasks = [_Task(**t) for t in json.loads(record.tasks)]
+        source = "registry"
+    else:
+        tasks = list(_tasks_from_rows(_spec_ids(spec), queued, accounted).values())
+        source = "squeue" if queued else "sacct" if accounted else "none"
+    state, summary, code, reason = _summary(tasks)
+    ended = parse.is_final(state) and all(t.exit_code is not None for t in tasks)
+    if source != "registry" and (queued or accounted):
+        cluster = (queued or accounted)[0].cluster
+        stored = json.dumps([asdict(t) for t in tasks]) if ended else None
+        update = StateUpdate(
+            record.token,
+            cluster,
+            state if ended or not parse.is_final(state) else "RUNNING",
+            reason,
+            code if ended else None,
+            _nodes(tasks),
+            tasks=stored,
+        )
+    params = _params(record)
+    rows: tuple[JobStatus, ...] = ()
+    if with_tasks:
+        rows = tuple(
+            JobStatus(
+                job_id=f"{record.job_id}_{t.task}",
+                cluster=record.cluster,
+                name=record.job_name,
+                state=t.state,
+                reason=t.reason,
+                explanation=explain(t.state, t.reason, f"{record.job_id}_{t.task}"),
+                nodes=t.nodes,
+                elapsed=t.elapsed,
+                exit_code=t.exit_code,
+                submitted=_iso(record.submitted_at),
+                site=record.site,
+                source=t.source,
+                gpus=t.gpus,
+                params=params[t.task] if 0 <= t.task < len(params) else None,
+            )
+            for t in tasks
+        )
+    note = explain(state, reason, record.job_id) if state == "PENDING" else ""
+    row = JobStatus(
+        job_id=record.job_id,
+        cluster=record.cluster,
+        name=record.job_name,
+        state=state,
+        reason=reason,
+        explanation=summary + (f"; {note}" if note else ""),
+        nodes=_nodes(tasks),
+        elapsed=None,
+        exit_code=code if ended else None,
+        submitted=_iso(record.submitted_at),
+        site=record.site,
+        source=source,
+        gpus=next((t.gpus for t in tasks if t.gpus), None),
+        tasks_summary=summary,
+        tasks=rows,
+    )
+    return row, update
+
+
+def _nodes(tasks: Sequence[_Task]) -> str | None:
+    names = sorted({n for t in tasks if t.nodes for n in _hosts(t.nodes)})
+    if not names:
+        return None
+    import hostlist
+
+    return str(hostlist.collect_hostlist(names))
+
+
+def _hosts(nodes: str) -> list[str]:
+    import hostlist
+
+    try:
+        return list(hostlist.expand_hostlist(nodes))
+    except hostlist.BadHostlist:
+        return [nodes]
+
+
+def _only_task(row: JobStatus, record: JobRecord, task: str) -> list[JobStatus]:
+    wanted = f"{record.job_id}_{task}"
+    found = [t for t in row.tasks if t.job_id == wanted]
+    if not found:
+        raise UsageError(
+            f"job {record.job_id} has no task {task} ({row.tasks_summary or 'no tasks known'})"
+        )
+    return found
+
+
+def _select_tasks(
+    registry: Registry, jobs: Sequence[str], show_all: bool, now: float
+) -> tuple[list[JobRecord], list[str], dict[str, str]]:
+    """``_select``, with ``ID_N`` of a tracked array read as that array's task N."""
+    task_of: dict[str, str] = {}
+    plain: list[str] = []
+    extra: list[JobRecord] = []
+    for spec in jobs:
+        job_id = registry.resolve_id(spec)
+        base, task = split_array_id(job_id)
+        record = registry.get(base) if task is not None else None
+        if record is not None and task is not None and array_spec(record.script) is not None:
+            task_of[record.token] = task
+            extra.append(record)
+        else:
+            plain.append(spec)
+    if jobs and not plain:
+        return extra, [], task_of
+    records, untracked = _select(registry, plain, show_all, now)
+    return records + extra, untracked, task_of
+
+
+def _with_restarts(
+    client: SlurmClient, row: JobStatus, q: parse.QueuedJob, record: JobRecord
+) -> JobStatus:
+    """A requeued job waits with reason BeginTime (Slurm delays its restart): say so, with
+    its restart count, which only scontrol has (asked for such jobs alone)."""
+    if q.state != "PENDING" or q.reason != "BeginTime" or "--requeue" not in record.script:
+        return row
+    job = client.scontrol_job(q.job_id)
+    try:
+        restarts = int(job.raw.get("Restarts", "0")) if job is not None else 0
+    except ValueError:
+        restarts = 0
+    if restarts < 1:
+        return row
+    from dataclasses import replace
+
+    when = f", eligible at {q.start:%H:%M}" if q.start else ""
+    return replace(row, restarts=restarts, explanation=f"requeued (restart {restarts}){when}")
+
+
+SAME_JOB_SECONDS = 600.0  # Slurm's SubmitTime and the registry's time of one submission
+
+
+def _ours(row: _Row | None, record: JobRecord) -> _Row | None:
+    """``row`` if it is the job ``record`` submitted, not another that now has its id (a
+    rebuilt cluster starts its ids again): squeue shows the submission token; both show the
+    submit time, which only a requeue moves later."""
+    if row is None:
+        return None
+    comment = row.comment if isinstance(row, parse.QueuedJob) else None
+    if comment and comment.startswith(COMMENT_PREFIX):
+        return row if comment == COMMENT_PREFIX + record.token else None
+    if row.submit is not None:
+        submitted = row.submit.timestamp()
+        if submitted < record.submitted_at - SAME_JOB_SECONDS:
+            return None
+        if submitted > record.submitted_at + SAME_JOB_SECONDS and "--requeue" not in record.script:
+            return None
+    return row
 
 
 def _gpus_of(row: parse.QueuedJob | parse.AccountedJob) -> str | None:
@@ -310,7 +687,7 @@ def _from_row(
         cluster=row.cluster,
         name=row.name,
         state=row.state,
-        reason=row.reason,
+        reason=_reason(row.state, row.reason),
         explanation=explain(row.state, row.reason, row.job_id),
         nodes=row.nodes,
         elapsed=row.elapsed,
@@ -322,13 +699,18 @@ def _from_row(
     )
 
 
+def _reason(state: str, reason: str | None) -> str | None:
+    """An ended job keeps no pending reason (sacct shows ``Dependency`` on a job that ran)."""
+    return None if is_final(state) and is_pending_reason(reason) else reason
+
+
 def _from_record(record: JobRecord, *, state: str | None = None, note: str = "") -> JobStatus:
     return JobStatus(
         job_id=record.job_id,
         cluster=record.cluster,
         name=record.job_name,
         state=state or record.state,
-        reason=record.reason,
+        reason=_reason(record.state, record.reason),
         explanation=note or explain(record.state, record.reason, record.job_id),
         nodes=record.nodes,
         elapsed=record.elapsed,
@@ -350,3 +732,62 @@ def _expand(pattern: str, q: parse.QueuedJob, record: JobRecord) -> str:
         pattern, job_id=q.job_id, name=q.name, user=q.user, first_node=first
     )
     return path if os.path.isabs(path) else os.path.join(q.work_dir or record.work_dir, path)
+
+
+# --- filters (status --state/--name/--since) ---------------------------------------------------
+
+_AGO = re.compile(r"\A([0-9]+)([smhdw])\Z")
+_AGO_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True)
+class StatusFilter:
+    """Which of the rows to show: states, a name glob, a submission time."""
+
+    states: frozenset[str] = frozenset()
+    name: str | None = None
+    since: float | None = None  # epoch seconds
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        since: str | None = None,
+        now: float | None = None,
+    ) -> StatusFilter:
+        states = frozenset(parse.normalise_state(s) for s in (state or "").split(",") if s.strip())
+        return cls(states, name or None, _since(since, time.time() if now is None else now))
+
+    def apply(self, rows: Sequence[JobStatus]) -> list[JobStatus]:
+        import fnmatch
+
+        kept = []
+        for row in rows:
+            if self.states and parse.normalise_state(row.state) not in self.states:
+                continue
+            if self.name is not None and not fnmatch.fnmatchcase(row.name, self.name):
+                continue
+            if self.since is not None and (
+                row.submitted is None
+                or datetime.fromisoformat(row.submitted).timestamp() < self.since
+            ):
+                continue
+            kept.append(row)
+        return kept
+
+
+def _since(text: str | None, now: float) -> float | None:
+    """``30m``/``2h``/``3d``/``1w`` ago, or an ISO date/time; None when not given."""
+    if text is None:
+        return None
+    m = _AGO.match(text.strip())
+    if m:
+        return now - int(m.group(1)) * _AGO_SECONDS[m.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise UsageError(
+            f"--since {text!r}: give a time ago (30m, 2h, 3d, 1w) or a date (2026-12-01T10:00)"
+        ) from None

@@ -7,13 +7,15 @@ site (``clusterjob.jobs.explain``).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +29,7 @@ from clusterjob.slurm.parse import StartEstimate
 
 if TYPE_CHECKING:
     from clusterjob.jobscript.render import RenderedJob
-    from clusterjob.jobscript.request import ResolvedJob
+    from clusterjob.jobscript.request import JobRequest, ResolvedJob
     from clusterjob.site.model import Site
 
 
@@ -37,6 +39,11 @@ class Submitted:
     cluster: str
     site: str
     script_path: str
+    sbatch_command: str = ""
+    tasks: int | None = None  # an array's (or sweep's) number of tasks
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
 
     def __str__(self) -> str:
         on = f" on cluster {self.cluster}" if self.cluster else ""
@@ -116,6 +123,7 @@ def submit(
     registry: Registry | None = None,
     workdir: str | Path | None = None,
     command_line: Sequence[str] | None = None,
+    resubmit_of: str | None = None,
 ) -> Submitted | TestOnlyResult:
     """Write the rendered script to the data dir and submit it exactly once.
 
@@ -143,6 +151,7 @@ def submit(
     path = _write_script(rendered.script, token)
     with sbatch_hints(site):
         submitted = client.sbatch(path, token=token, workdir=work)
+    request = resolved.request
     cluster = submitted.cluster or site.cluster_name or _cluster_name(client)
     record = JobRecord(
         job_id=submitted.job_id,
@@ -157,9 +166,66 @@ def submit(
         git_commit=git_commit(work),
         submitted_at=time.time(),
         state="PENDING",
+        request=json.dumps(asdict(request)),
+        resubmit_of=resubmit_of,
     )
     _record(registry, record)
-    return Submitted(submitted.job_id, cluster, site.name, str(path))
+    return Submitted(
+        submitted.job_id,
+        cluster,
+        site.name,
+        str(path),
+        shlex.join(["sbatch", "--parsable", f"--chdir={work}", str(path)]),
+        _task_count(request.array),
+    )
+
+
+def _task_count(array: str | None) -> int | None:
+    from clusterjob.slurm.syntax import array_task_ids
+
+    try:
+        return len(array_task_ids(array)) if array else None
+    except ValueError:
+        return None
+
+
+def check_output_dirs(
+    output: str | None, error: str | None, workdir: str | Path, *, mkdir: bool = False
+) -> list[Path]:
+    """The directories of ``-o``/``-e`` must exist: Slurm cannot create them, and a job whose
+    log cannot be opened fails without a word. ``mkdir``: create them. Returns those made."""
+    made: list[Path] = []
+    for option, pattern in (("--output", output), ("--error", error)):
+        if not pattern:
+            continue
+        directory = Path(os.path.dirname(pattern))
+        if "%" in str(directory) or str(directory) in ("", "."):
+            continue  # a directory per job (%j) is made by nobody: Slurm's own business
+        full = directory if directory.is_absolute() else Path(workdir) / directory
+        if full.is_dir():
+            continue
+        if not mkdir:
+            raise UsageError(
+                f"{option} {pattern}: directory {full} does not exist (Slurm cannot create it "
+                "and the job would fail silently); create it or pass --mkdir"
+            )
+        try:
+            full.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{option} {pattern}: cannot create {full}: {exc.strerror}") from None
+        made.append(full)
+    return made
+
+
+_LAST = re.compile(r"(?<=[:,?])last(?:~([0-9]+))?(?=$|[:,?+])")
+
+
+def expand_dependency(dependency: str, registry: Registry | None = None) -> str:
+    """``afterok:last`` (and ``last~N``) -> the job ids clusterjob submitted last."""
+    if "last" not in dependency:
+        return dependency
+    registry = registry or Registry()
+    return _LAST.sub(lambda m: registry.resolve_id(m.group(0)), dependency)
 
 
 def _record(registry: Registry, record: JobRecord) -> None:
@@ -171,22 +237,116 @@ def _record(registry: Registry, record: JobRecord) -> None:
         ) from None
 
 
+@dataclass(frozen=True)
+class Changes:
+    """What ``resubmit`` changes in the recorded request (None / empty: keep it)."""
+
+    args: tuple[str, ...] = ()
+    gpus: int | None = None
+    model: str | None = None
+    time: str | None = None
+    nodes: int | None = None
+    partition: str | None = None
+
+    def any(self) -> bool:
+        return bool(self.args) or any(
+            v is not None for v in (self.gpus, self.model, self.time, self.nodes, self.partition)
+        )
+
+
+def recorded_request(record: JobRecord) -> JobRequest:
+    """The request a job was submitted with, as the registry keeps it."""
+    from clusterjob.jobscript.request import JobRequest
+
+    if not record.request:
+        raise UsageError(
+            f"job {record.job_id} was recorded without its request (an older clusterjob); "
+            "resubmit it with --same-script"
+        )
+    try:
+        data = json.loads(record.request)
+        data["args"] = tuple(data.get("args") or ())
+        data["sbatch_args"] = tuple(data.get("sbatch_args") or ())
+        data["task_args"] = tuple(tuple(t) for t in data.get("task_args") or ())
+        return JobRequest(**data)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(
+            f"job {record.job_id}: its recorded request is unreadable ({exc})"
+        ) from None
+
+
 def resubmit(
     job: str,
     *,
+    site: Site | None = None,
+    changes: Changes | None = None,
+    same_script: bool = False,
     client: SlurmClient | None = None,
     registry: Registry | None = None,
 ) -> Submitted:
-    """Submit a recorded job's script again, from its original directory, as a new job.
+    """Submit a recorded job again, from its original directory, as a new job.
+
+    By default the recorded request (with ``changes``) is resolved and rendered again with
+    ``site`` as it is today and the shipped templates; ``same_script`` replays the old
+    script byte for byte but for its token.
+    """
+    from dataclasses import replace
+
+    from clusterjob.jobscript.render import render
+    from clusterjob.jobscript.request import new_token, resolve
+
+    changes = changes or Changes()
+    client = client or SlurmClient()
+    registry = registry or Registry()
+    record = _tracked(registry, job)
+    if same_script:
+        if changes.any():
+            raise UsageError("--same-script replays the old script: it takes no changes")
+        return _replay(record, client, registry)
+    if site is None:
+        raise UsageError("resubmit needs the site config to render the job again")
+    if record.site and site.name != record.site:
+        raise UsageError(
+            f"job {record.job_id} was submitted at site {record.site}, but the site config "
+            f"found here is {site.name}; pass --site (or --same-script)"
+        )
+    request = recorded_request(record)
+    updates: dict[str, object] = {"token": new_token()}
+    if changes.args:
+        updates["args"] = changes.args
+    for name in ("gpus", "model", "time", "nodes", "partition"):
+        value = getattr(changes, name)
+        if value is not None:
+            updates[name] = value
+    request = replace(request, **updates)  # type: ignore[arg-type]
+    if request.array is not None and request.task_args:
+        # the sweep's own 0-N range is derived again; keep only the %N limit given by the user
+        limit = request.array.partition("%")[2]
+        request = replace(request, array=f"%{limit}" if limit else None)
+    resolved = resolve(site, request)
+    rendered = render(site, resolved)
+    result = submit(
+        site,
+        resolved,
+        rendered,
+        client=client,
+        registry=registry,
+        workdir=record.work_dir,
+        resubmit_of=record.job_id,
+    )
+    StatusCache().clear()
+    assert isinstance(result, Submitted)
+    return result
+
+
+def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submitted:
+    """The recorded script again, byte for byte but for its token (``--same-script``).
 
     The script gets a fresh token (its ``--comment``), so the new submission is told apart
     from the old job when a timed-out sbatch is looked up.
     """
     from clusterjob.jobscript.request import new_token
 
-    client = client or SlurmClient()
-    registry = registry or Registry()
-    record = _tracked(registry, job)
     token = new_token()
     old = f"{COMMENT_PREFIX}{record.token}"
     if old not in record.script:
@@ -210,10 +370,41 @@ def resubmit(
         submitted_at=time.time(),
         resubmit_of=record.job_id,
         state="PENDING",
+        request=record.request,
     )
     _record(registry, new)
     StatusCache().clear()
-    return Submitted(new.job_id, new.cluster, new.site, str(path))
+    return Submitted(
+        new.job_id,
+        new.cluster,
+        new.site,
+        str(path),
+        shlex.join(["sbatch", "--parsable", f"--chdir={record.work_dir}", str(path)]),
+    )
+
+
+def provenance(job: str, *, registry: Registry | None = None) -> dict[str, object]:
+    """Where a job came from: command line, directory, git commit, site, token, script."""
+    registry = registry or Registry()
+    record = _tracked(registry, job)
+    commit = record.git_commit or ""
+    return {
+        "job_id": record.job_id,
+        "cluster": record.cluster,
+        "site": record.site,
+        "submitted": record.submitted.isoformat(timespec="seconds"),
+        "command_line": record.command_line,
+        "work_dir": record.work_dir,
+        "git_commit": commit.removesuffix("-dirty") or None,
+        "git_dirty": commit.endswith("-dirty") if commit else None,
+        "token": record.token,
+        "script_path": record.script_path,
+        "sbatch_command": shlex.join(
+            ["sbatch", "--parsable", f"--chdir={record.work_dir}", record.script_path]
+        ),
+        "resubmit_of": record.resubmit_of,
+        "state": record.state,
+    }
 
 
 def _tracked(registry: Registry, job: str) -> JobRecord:

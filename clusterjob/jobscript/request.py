@@ -7,9 +7,13 @@ this site can do instead. Nothing here talks to Slurm.
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 import secrets
-from dataclasses import dataclass, field
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import hostlist
@@ -17,7 +21,7 @@ import hostlist
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
 from clusterjob.jobscript.shell import check_directive_value, check_no_nul
 from clusterjob.site.model import GpuModel, Partition, Site
-from clusterjob.slurm.syntax import MEMORY_SIZE, time_seconds
+from clusterjob.slurm.syntax import MEMORY_SIZE, array_task_ids, time_seconds
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as clusterjob.slurm finds it in --comment
 
@@ -58,6 +62,8 @@ class JobRequest:
     sbatch_args: tuple[str, ...] = ()  # passed through as #SBATCH lines, e.g. "--exclusive"
     tasks_per_node: int = 1  # torchrun spawns one worker per GPU itself
     token: str = field(default_factory=new_token)
+    # --sweep / --params: array task i gets task_args[i] appended to args (one array job)
+    task_args: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class ResolvedJob:
     constraint: str | None  # the user's constraint when the GPU options do not carry it
     eligible_nodes: tuple[str, ...]  # nodes of the partition with enough GPUs of the model
     token: str
+    notes: tuple[str, ...] = ()  # what resolve changed in the request, one line each
 
 
 # --- node map queries -------------------------------------------------------------------
@@ -159,6 +166,9 @@ def _check_text_fields(request: JobRequest) -> None:
         raise UsageError("no script given")
     for arg in request.args:
         check_no_nul(arg, "a job argument")
+    for task in request.task_args:
+        for arg in task:
+            check_no_nul(arg, "a sweep argument")
     if not _TOKEN.fullmatch(request.token):
         raise UsageError(f"bad submission token {request.token!r}")
     for name in ("gpus", "nodes", "tasks_per_node"):
@@ -338,9 +348,102 @@ def gres_request(
     return GresRequest(spelled.options, gpus, nodes, spelled.gres_type), constraint
 
 
+# --- arrays, sweeps and signals -------------------------------------------------------------
+
+_SWEEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_SIGNAL = re.compile(r"(?P<b>[A-Za-z]*:)?(?P<sig>[A-Za-z0-9]+)(?P<at>@[0-9]+)?")
+
+
+def sweep_task_args(sweeps: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """``--sweep lr=1e-4,3e-4 --sweep bs=32,64``: one task per combination (the cartesian
+    product, the last sweep varying fastest), each getting ``--lr=1e-4 --bs=32``."""
+    axes: list[list[str]] = []
+    names: list[str] = []
+    for sweep in sweeps:
+        name, sep, values = sweep.partition("=")
+        if not sep or not _SWEEP_NAME.fullmatch(name):
+            raise UsageError(f"--sweep {sweep!r}: expected NAME=V1,V2,... (e.g. lr=1e-4,3e-4)")
+        if name in names:
+            raise UsageError(f"--sweep {name} is given twice; list all its values in one")
+        items = values.split(",")
+        if any(v == "" for v in items):
+            raise UsageError(f"--sweep {sweep!r}: an empty value (two commas, or a trailing one)")
+        names.append(name)
+        axes.append(items)
+    return tuple(
+        tuple(f"--{n}={v}" for n, v in zip(names, combo, strict=True))
+        for combo in itertools.product(*axes)
+    )
+
+
+def params_task_args(text: str, source: str = "--params") -> tuple[tuple[str, ...], ...]:
+    """``--params FILE``: one task per non-blank line that is not a ``#`` comment; a line is
+    a JSON list of strings or shell words (``--lr 1e-4 --name 'run one'``)."""
+    tasks: list[tuple[str, ...]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        where = f"{source}:{number}"
+        if stripped.startswith("["):
+            try:
+                words = json.loads(stripped)
+            except ValueError as exc:
+                raise UsageError(f"{where}: not a JSON list: {exc}") from None
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise UsageError(f"{where}: a JSON line must be a list of strings")
+        else:
+            try:
+                words = shlex.split(stripped)
+            except ValueError as exc:
+                raise UsageError(f"{where}: cannot split it into arguments: {exc}") from None
+        tasks.append(tuple(words))
+    if not tasks:
+        raise UsageError(f"{source}: no task lines (one line of arguments per task)")
+    return tasks_tuple(tasks)
+
+
+def tasks_tuple(tasks: Sequence[Sequence[str]]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(t) for t in tasks)
+
+
+def _array_and_signal(request: JobRequest) -> tuple[JobRequest, tuple[str, ...]]:
+    """The ``--array`` a sweep needs, and a single-node ``--signal`` sent to the batch shell
+    (``B:``): the script ``exec``s the program there, and without ``B:`` Slurm signals only
+    job steps, of which a single-node job has none."""
+    notes: list[str] = []
+    array = request.array
+    if array is not None:
+        if request.task_args and not re.fullmatch(r"%[0-9]+", array):
+            raise UsageError(
+                f"--array {array!r} with --sweep/--params: the tasks come from the sweep; give "
+                "only a limit of tasks running at once, e.g. --array %4"
+            )
+        if not request.task_args:
+            try:
+                array_task_ids(array)
+            except ValueError as exc:
+                raise UsageError(f"--array: {exc}") from None
+    if request.task_args:
+        array = f"0-{len(request.task_args) - 1}{array or ''}"
+    signal = request.signal
+    if signal is not None:
+        m = _SIGNAL.fullmatch(signal)
+        if m is None:
+            raise UsageError(f"--signal {signal!r}: expected [B:]SIG[@SECONDS], e.g. USR1@90")
+        if m.group("b") is None and request.nodes == 1:
+            signal = f"B:{signal}"
+            notes.append(
+                f"--signal {request.signal} sent as {signal}: a single-node job's program runs "
+                "in the batch shell, where only B: signals arrive"
+            )
+    return replace(request, array=array, signal=signal), tuple(notes)
+
+
 def resolve(site: Site, request: JobRequest) -> ResolvedJob:
     """Make ``request`` concrete for ``site``, or say in one line why it cannot be."""
     _check_text_fields(request)
+    request, notes = _array_and_signal(request)
     model = _find_model(site, request)
     partition, eligible = _choose_partition(site, model, request)
     if request.time is not None:
@@ -379,4 +482,5 @@ def resolve(site: Site, request: JobRequest) -> ResolvedJob:
         constraint=constraint,
         eligible_nodes=tuple(eligible),
         token=request.token,
+        notes=notes,
     )

@@ -101,8 +101,8 @@ class SlurmClient:
                     raise SlurmError(cmd, result.returncode, str(exc)) from None
             for look in range(2):
                 found = self._lookup_token(cmd, token, deadline, last)
-                if found is not None:
-                    return SubmittedJobId(found.job_id, found.cluster or None)
+                if found is not None:  # an array's rows are ID_N / ID_[..]: the job is ID
+                    return SubmittedJobId(found.job_id.split("_", 1)[0], found.cluster or None)
                 if look == 0:
                     self.runner.sleep(self.runner.backoff(attempt, deadline - self.runner.clock()))
             if self.runner.clock() >= deadline:

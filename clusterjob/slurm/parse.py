@@ -20,8 +20,10 @@ log = logging.getLogger("clusterjob.slurm")
 DELIMITER = "\x1f"
 
 # squeue --Format fields, in order. ``Field:0<sep>``: no padding, the separator as suffix.
+# JobArrayID is JobID for a plain job and ``ID_TASK`` / ``ID_[3-9%2]`` (the tasks not yet
+# started) for an array; JobID would print each task's own internal job id instead.
 SQUEUE_FIELDS = (
-    ("job_id", "JobID"),
+    ("job_id", "JobArrayID"),
     ("cluster", "Cluster"),
     ("state", "State"),
     ("reason", "Reason"),

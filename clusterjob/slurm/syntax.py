@@ -58,3 +58,43 @@ def is_time(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# --- job arrays -------------------------------------------------------------------------------
+
+ARRAY_SPEC = re.compile(r"\A[0-9]+(?:-[0-9]+(?::[0-9]+)?)?(?:,[0-9]+(?:-[0-9]+(?::[0-9]+)?)?)*")
+MAX_ARRAY_TASKS = 1_000_000
+
+
+def array_task_ids(spec: str) -> list[int]:
+    """The task ids of an ``--array`` value (``0-9%2``, ``1,3,8-15:4``), or of what squeue and
+    sacct print for tasks not yet started (``[2-5%2]``); the ``%N`` limit is dropped.
+
+    Raises ValueError for anything sbatch would not accept.
+    """
+    body = spec.strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1]
+    body, _, limit = body.partition("%")
+    if limit and not limit.isdigit():
+        raise ValueError(f"{spec!r}: the %N task limit must be a number")
+    if not ARRAY_SPEC.fullmatch(body):
+        raise ValueError(f"{spec!r} is not an array spec (e.g. 0-9, 0-9%2, 1,3,5, 0-15:4)")
+    ids: set[int] = set()
+    for part in body.split(","):
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        lo, hi, by = int(first), int(last or first), int(step or 1)
+        if hi < lo or by < 1:
+            raise ValueError(f"{spec!r}: range {part!r} is empty")
+        if len(ids) + (hi - lo) // by + 1 > MAX_ARRAY_TASKS:
+            raise ValueError(f"{spec!r}: more than {MAX_ARRAY_TASKS} tasks")
+        ids.update(range(lo, hi + 1, by))
+    return sorted(ids)
+
+
+def split_array_id(job_id: str) -> tuple[str, str | None]:
+    """``123_4`` -> (``123``, ``4``); ``123_[5-9%2]`` -> (``123``, ``[5-9%2]``); ``123`` ->
+    (``123``, None)."""
+    base, sep, task = job_id.partition("_")
+    return base, (task if sep else None)

@@ -16,6 +16,7 @@
 #SBATCH --error=logs/%x-%A_%a.err
 #SBATCH --signal=B:USR1@90
 #SBATCH --requeue
+#SBATCH --open-mode=append
 #SBATCH --exclude=ml-gpu01
 #SBATCH --mail-type=END,FAIL
 #SBATCH --mail-user=ada@example.org
@@ -31,6 +32,8 @@ export CLUSTERJOB_EXPECT_MODEL=V100
 export CLUSTERJOB_EXPECT_COUNT=2
 export CLUSTERJOB_SITE=<repo>/site_configs/mllab.yaml
 python=/usr/bin/python3
+# --requeue: every attempt appends to the same log (--open-mode=append); this line parts them.
+echo "=== clusterjob: attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of job $SLURM_JOB_ID on $(hostname) at $(date '+%F %T') ==="
 
 # Preflight: check this job's GPUs against the site's node map before training starts.
 srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" /opt/clusterjob/bin/clusterjob preflight
