@@ -277,7 +277,10 @@ def test_claims_are_exclusive_and_a_file_without_a_holder_is_free(tmp_path):
     other.release_all()
 
 
-def test_new_claim_files_are_mode_0666_whatever_the_umask(tmp_path):
+def test_new_claim_files_are_mode_0644_whatever_the_umask(tmp_path):
+    """Each user claims through files of their own: readable by all (who holds a GPU), written
+    by their owner only (they were 0666 and shared before; another user could then rewrite
+    or delete them)."""
     lock_dir = claims.ensure_shared_dir(tmp_path / "locks")
     old = os.umask(0o077)
     try:
@@ -285,7 +288,7 @@ def test_new_claim_files_are_mode_0666_whatever_the_umask(tmp_path):
         assert claims.try_claim(lock_dir, "GPU-cc", held)
     finally:
         os.umask(old)
-    assert stat.S_IMODE(os.stat(claims.claim_path(lock_dir, "GPU-cc")).st_mode) == 0o666
+    assert stat.S_IMODE(os.stat(claims.claim_path(lock_dir, "GPU-cc")).st_mode) == 0o644
     held.release_all()
 
 

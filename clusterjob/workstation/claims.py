@@ -1,14 +1,22 @@
-"""GPU claims shared by every user of a machine: one flock'ed file per GPU in a lock dir.
+"""GPU claims shared by every user of a machine: flock'ed files in one lock dir.
 
-A claim is *held* exactly while some process holds ``flock(LOCK_EX)`` on the GPU's file; the
-file's text (user, pid, command) is only for display. The kernel drops a flock when the last
-descriptor of its open file goes away, so a claim ends when its command exits or is killed
-(SIGKILL included) and a left-over file without a holder is simply free. ``clusterjob run``
-keeps the descriptors open across ``exec``: the command itself holds its GPUs.
+A claim is *held* exactly while some process holds ``flock(LOCK_EX)`` on a claim file of
+that GPU; the file's text (user, pid, command) is only for display. The kernel drops a flock
+when the last descriptor of its open file goes away, so a claim ends when its command exits
+or is killed (SIGKILL included) and a left-over file without a holder is simply free.
+``clusterjob run`` keeps the descriptors open across ``exec``: the command itself holds its
+GPUs.
 
-The lock dir is world-writable with the sticky bit (mode 1777), like /tmp: anyone may create
-a claim file, nobody may delete another user's. Files are created mode 0666 so that the next
-user can open (and lock and rewrite) them.
+Each user claims through files of their own (``<gpu>@<uid>.claim``, mode 0644): in the lock
+dir (mode 1777, owned by root or by the only user) nobody can delete or rewrite another
+user's claim. To claim a GPU a run locks its own file first, then looks for any other held
+claim file of that GPU and backs off if there is one; two runs racing may both back off,
+never both win. Whatever else lies in the dir (a FIFO, a directory, a symlink, a file that
+is not readable, someone else's file under our name) is never opened in a way that blocks,
+and never counts as a claim.
+
+A lock dir owned by another ordinary user is refused: its owner could delete everyone's
+claims. On a shared machine root creates it (``install -d -m 1777 /var/lock/clusterjob``).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import fcntl
 import json
 import os
 import pwd
+import secrets
 import stat
 import time
 from collections.abc import Iterator, Mapping
@@ -32,6 +41,9 @@ FALLBACK_LOCK_DIR = Path("/tmp/clusterjob-gpu-locks")
 SELECTION_LOCK = ".selection.lock"
 CLAIM_SUFFIX = ".claim"
 SHARED_DIR_MODE = 0o1777
+CLAIM_FILE_MODE = 0o644  # readable by all (who holds it), written by its owner only
+SELECTION_WAIT_S = 5.0  # the selection lock only spares runs a useless race: never wait long
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def default_lock_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -57,7 +69,10 @@ def default_lock_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def ensure_shared_dir(path: Path) -> Path:
-    """Create ``path`` mode 1777 if missing; refuse one that other users could not share."""
+    """Create ``path`` mode 1777 if missing; refuse one that is not safe or not shareable.
+
+    Safe: a real directory owned by root or by us (its owner may delete any claim in it).
+    """
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -69,6 +84,12 @@ def ensure_shared_dir(path: Path) -> Path:
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise ClusterjobError(f"GPU lock dir {path} is not a directory (a symlink or file?)")
+    if info.st_uid not in (0, os.geteuid()):
+        raise ClusterjobError(
+            f"GPU lock dir {path} belongs to {_user_name(info.st_uid)}, who could delete other "
+            f"users' GPU claims in it: ask root to run 'install -d -m 1777 -o root {path}' "
+            f"(after removing this one), or set {LOCK_DIR_ENV} to a directory of your own"
+        )
     if stat.S_IMODE(info.st_mode) != SHARED_DIR_MODE:
         if info.st_uid == os.geteuid():
             os.chmod(path, SHARED_DIR_MODE)
@@ -107,45 +128,103 @@ class Claim:
         return str(self.holder) if self.holder else "another clusterjob run (holder unknown)"
 
 
-def claim_path(lock_dir: Path, key: str) -> Path:
-    safe = "".join(c if c.isalnum() or c in "-_.:" else "_" for c in key)
-    return lock_dir / (safe + CLAIM_SUFFIX)
+def _safe(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.:" else "_" for c in key)
 
 
-def open_shared_file(path: Path) -> int:
-    """Open (creating mode 0666) a file that several users lock; close-on-exec until claimed.
+def claim_path(lock_dir: Path, key: str, uid: int | None = None) -> Path:
+    """The claim file of ``key`` that belongs to ``uid`` (default: us)."""
+    return lock_dir / f"{_safe(key)}@{os.geteuid() if uid is None else uid}{CLAIM_SUFFIX}"
 
-    An existing file is opened without O_CREAT: with fs.protected_regular, O_CREAT on another
-    user's file in a sticky directory fails even though the file is mode 0666. A file that is
-    not writable for us (made 0600 by its creator) is still lockable read-only.
-    """
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+
+def _key_of(name: str) -> str | None:
+    """The GPU key of a claim file name (``<key>@<uid>[-n].claim``, or an old ``<key>.claim``)."""
+    if not name.endswith(CLAIM_SUFFIX) or name.startswith("."):
+        return None
+    stem = name[: -len(CLAIM_SUFFIX)]
+    return stem.split("@", 1)[0] if "@" in stem else stem
+
+
+def _claim_files(lock_dir: Path, key: str | None = None) -> list[Path]:
+    try:
+        names = os.listdir(lock_dir)
+    except OSError:
+        return []
+    safe = None if key is None else _safe(key)
+    return sorted(
+        lock_dir / n for n in names if (k := _key_of(n)) is not None and safe in (None, k)
+    )
+
+
+def _open_regular(path: Path) -> int | None:
+    """``path`` opened read-only without blocking or following a link; None unless a regular
+    file (a FIFO, device, directory, symlink or unreadable file is nobody's claim)."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def open_shared_file(path: Path) -> int | None:
+    """A lock file several users flock (the selection lock), opened without blocking; None
+    when it is not a regular file we can open (then nobody can use it, us included)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except PermissionError:  # another user's file (0644, or protected_regular): lock it r/o
+        return _open_regular(path)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            return None
+        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != 0o666:
+            os.fchmod(fd, 0o666)  # ours, just made: let the next user open it too
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _flock_within(fd: int, seconds: float) -> bool:
+    """``flock(LOCK_EX)`` on ``fd``, waiting at most ``seconds``; False when not obtained."""
+    end = time.monotonic() + seconds
     while True:
         try:
-            return os.open(path, flags)
-        except FileNotFoundError:
-            pass
-        except PermissionError:
-            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ClusterjobError(f"cannot open GPU lock file {path}: {exc.strerror}") from exc
-        try:
-            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            continue  # someone else created it between our two opens
-        os.fchmod(fd, 0o666)
-        return fd
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.02)
+        except OSError:
+            return False
 
 
 @contextlib.contextmanager
-def selection_lock(lock_dir: Path) -> Iterator[None]:
-    """Serialise look-and-claim across all runs, so two never split a set of GPUs between them."""
+def selection_lock(lock_dir: Path, wait: float = SELECTION_WAIT_S) -> Iterator[None]:
+    """Serialise look-and-claim across runs, so two seldom split a set of GPUs between them.
+
+    Only an optimisation: claims stay exclusive without it. Whoever holds it longer than
+    ``wait`` (or a lock file that is not a regular file) does not stop us, we go on without.
+    """
     fd = open_shared_file(lock_dir / SELECTION_LOCK)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if fd is not None:
+            _flock_within(fd, wait)
         yield
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 class HeldClaims:
@@ -169,16 +248,66 @@ class HeldClaims:
             os.set_inheritable(fd, True)
 
 
+def _is_own_claim_file(fd: int) -> bool:
+    """Ours alone: a regular file we own with one link (never truncate anything else)."""
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1
+
+
+def _open_own_claim(lock_dir: Path, key: str) -> int:
+    """Our claim file for ``key``: ``<key>@<uid>.claim``, or a fresh ``<key>@<uid>-N.claim``
+    when someone planted something else under our name."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    path = claim_path(lock_dir, key)
+    try:
+        fd = os.open(path, flags | os.O_CREAT, CLAIM_FILE_MODE)
+        if _is_own_claim_file(fd):
+            os.fchmod(fd, CLAIM_FILE_MODE)
+            return fd
+        os.close(fd)
+    except OSError:
+        pass
+    for _ in range(100):
+        other = path.with_name(f"{path.name[: -len(CLAIM_SUFFIX)]}-{secrets.token_hex(4)}")
+        try:
+            fd = os.open(
+                other.with_name(other.name + CLAIM_SUFFIX),
+                flags | os.O_CREAT | os.O_EXCL,
+                CLAIM_FILE_MODE,
+            )
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ClusterjobError(
+                f"cannot create a GPU claim in {lock_dir}: {exc.strerror}"
+            ) from exc
+        os.fchmod(fd, CLAIM_FILE_MODE)
+        return fd
+    raise ClusterjobError(f"cannot create a GPU claim in {lock_dir}")
+
+
 def try_claim(lock_dir: Path, key: str, held: HeldClaims) -> bool:
     """Take the claim on ``key`` if nobody holds it; True when it is now ours."""
     if key in held.fds:
         return True
-    fd = open_shared_file(claim_path(lock_dir, key))
+    fd = _open_own_claim(lock_dir, key)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    except OSError:  # held by another run of ours
         os.close(fd)
         return False
+    mine = os.fstat(fd)
+    for path in _claim_files(lock_dir, key):  # anyone else's: we hold ours, so no one slips by
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) != (mine.st_dev, mine.st_ino) and is_held(path):
+            os.close(fd)
+            return False
     held.fds[key] = fd
     return True
 
@@ -194,15 +323,19 @@ def write_holder(held: HeldClaims, key: str, command: str, pid: int | None = Non
         }
     )
     fd = held.fds[key]
-    with contextlib.suppress(OSError):  # opened read-only: the lock still holds, text is stale
+    if not _is_own_claim_file(fd):
+        return  # never truncate what is not ours alone (a hard link to someone's file)
+    with contextlib.suppress(OSError):
         os.ftruncate(fd, 0)
         os.pwrite(fd, (text + "\n").encode(), 0)
 
 
 def read_holder(path: Path) -> Holder | None:
+    fd = _open_regular(path)
+    if fd is None:
+        return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            data = json.loads(f.read(4096) or "null")
+        data = json.loads(os.read(fd, 4096).decode("utf-8", "replace") or "null")
         return Holder(
             user=str(data["user"]),
             pid=int(data["pid"]),
@@ -211,18 +344,29 @@ def read_holder(path: Path) -> Holder | None:
         )
     except (OSError, ValueError, TypeError, KeyError):
         return None
+    finally:
+        os.close(fd)
+
+
+def holder_of(lock_dir: Path, key: str) -> Holder | None:
+    """Who holds ``key`` now, as they wrote it (None: nobody, or text unreadable)."""
+    for path in _claim_files(lock_dir, key):
+        if is_held(path):
+            return read_holder(path)
+    return None
 
 
 def is_held(path: Path) -> bool:
     """True when some process holds the claim file's lock (probed with a shared try-lock)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    fd = _open_regular(path)
+    if fd is None:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
+    except OSError:
+        return False
     finally:
         os.close(fd)
     return False
@@ -237,13 +381,13 @@ def current_claims(lock_dir: Path | None = None) -> list[Claim]:
     lock_dir = default_lock_dir() if lock_dir is None else lock_dir
     if not lock_dir.is_dir():
         return []
-    claims = []
+    claims: dict[str, Claim] = {}
     with selection_lock(lock_dir):
-        for path in sorted(lock_dir.glob("*" + CLAIM_SUFFIX)):
-            if is_held(path):
-                key = path.name[: -len(CLAIM_SUFFIX)]
-                claims.append(Claim(key=key, path=path, holder=read_holder(path)))
-    return claims
+        for path in _claim_files(lock_dir):
+            key = _key_of(path.name)
+            if key is not None and key not in claims and is_held(path):
+                claims[key] = Claim(key=key, path=path, holder=read_holder(path))
+    return [claims[k] for k in sorted(claims)]
 
 
 def _user_name(uid: int) -> str:

@@ -122,7 +122,12 @@ def acquire_gpus(
 
     status = status or StatusLine()
     deadline = None if timeout is None else clock() + timeout
-    with claims_mod.selection_lock(lock_dir):
+
+    def lock_wait() -> float:  # the selection lock never keeps us past our own deadline
+        left = claims_mod.SELECTION_WAIT_S if deadline is None else deadline - clock()
+        return max(0.0, min(claims_mod.SELECTION_WAIT_S, left))
+
+    with claims_mod.selection_lock(lock_dir, lock_wait()):
         ticket = queue_mod.take_ticket(qdir, text)
     message = ""
     summary_at = -1.0
@@ -131,7 +136,7 @@ def acquire_gpus(
             ahead = ticket.waiters_ahead()
             if not ahead:
                 fresh = read()
-                with claims_mod.selection_lock(lock_dir):
+                with claims_mod.selection_lock(lock_dir, lock_wait()):
                     acquired, message = _attempt(request, fresh, catalog, lock_dir, text)
                 if acquired is not None:
                     status.done()
@@ -175,7 +180,7 @@ def _attempt(
     for gpu in candidates:
         key = gpu_key(gpu)
         if not claims_mod.try_claim(lock_dir, key, held):
-            holder = claims_mod.read_holder(claims_mod.claim_path(lock_dir, key))
+            holder = claims_mod.holder_of(lock_dir, key)
             claimed[key] = str(holder) if holder else "another clusterjob run"
     choice: Choice = choose_gpus(candidates, request, claimed)
     chosen_keys = {gpu_key(g) for g in choice.chosen}

@@ -1,13 +1,16 @@
 """First come, first served: a ticket queue of waiting ``clusterjob run --wait`` processes.
 
-Each waiter holds ``flock(LOCK_EX)`` on its own ticket file ``<number>.ticket`` in the
-queue dir; numbers only grow while the queue is non-empty. The waiter whose ticket is the
+Each waiter holds ``flock(LOCK_EX)`` on its own ticket file ``<number>@<uid>.ticket`` in the
+lock dir (its own file: no other user can remove it); numbers only grow while the queue is
+non-empty, ties go by name. The waiter whose ticket is the
 lowest *live* one (still locked) is the head: only it tries to claim GPUs. A waiter that
 dies, even by SIGKILL, loses its lock and so its place; its file is then just litter, removed
 by whoever may remove it (the sticky bit keeps other users' files).
 
 A ticket file appears already locked (written and locked under a temporary name, then
-renamed), so nobody ever sees a fresh ticket as dead.
+linked in place, which never replaces another ticket), so nobody ever sees a fresh ticket as
+dead. Anything else with a ticket's name (a FIFO, a directory, a file that is not readable)
+is opened without blocking and is no waiter.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,20 +30,27 @@ TICKET_SUFFIX = ".ticket"
 
 
 def queue_dir(lock_dir: Path) -> Path:
-    return ensure_shared_dir(lock_dir / "queue")
+    """Tickets live in the lock dir itself: a subdirectory would belong to whoever made it."""
+    return ensure_shared_dir(lock_dir)
 
 
 def _number(path: Path) -> int | None:
-    stem = path.name[: -len(TICKET_SUFFIX)]
-    return int(stem) if stem.isdigit() else None
+    stem = path.name[: -len(TICKET_SUFFIX)].split("@", 1)[0]
+    return int(stem) if stem.isdigit() and len(stem) <= 18 else None
 
 
 def _tickets(qdir: Path) -> list[tuple[int, Path]]:
     found = []
-    for path in qdir.glob("*" + TICKET_SUFFIX):
-        n = _number(path)
-        if n is not None:
-            found.append((n, path))
+    try:
+        names = os.listdir(qdir)
+    except OSError:
+        return []
+    for name in names:
+        if name.endswith(TICKET_SUFFIX):
+            path = qdir / name
+            n = _number(path)
+            if n is not None:
+                found.append((n, path))
     return sorted(found)
 
 
@@ -53,7 +64,7 @@ class Ticket:
         """Live waiters before this one, oldest first; dead tickets are cleared on the way."""
         ahead: list[Holder | None] = []
         for n, path in _tickets(self.path.parent):
-            if n >= self.number:
+            if (n, path) >= (self.number, self.path):
                 break
             if is_held(path):
                 ahead.append(read_holder(path))
@@ -76,19 +87,27 @@ def take_ticket(qdir: Path, command: str) -> Ticket:
     """Join the queue at its end. Call under the selection lock: numbers must not collide."""
     existing = _tickets(qdir)
     number = existing[-1][0] + 1 if existing else 1
-    tmp = qdir / f".tmp-{os.getpid()}-{number}"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    tmp = qdir / f".tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o644)
     try:
+        os.fchmod(fd, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         info = {"user": _user(), "pid": os.getpid(), "command": command[:300], "since": time.time()}
         os.write(fd, (json.dumps(info) + "\n").encode())
-        path = qdir / f"{number:012d}{TICKET_SUFFIX}"
-        os.rename(tmp, path)
+        while True:  # link, not rename: never replace a ticket someone took meanwhile
+            path = qdir / f"{number:012d}@{os.geteuid()}{TICKET_SUFFIX}"
+            try:
+                os.link(tmp, path)
+                break
+            except FileExistsError:
+                number += 1
     except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         os.close(fd)
         raise
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     return Ticket(number=number, path=path, fd=fd)
 
 

@@ -1,0 +1,233 @@
+"""``clusterjob run`` between users who do not trust each other, with real Unix users.
+
+Two unprivileged users (created for the test, then removed) share one stand-in workstation
+and a lock dir root created (``install -d -m 1777``). One runs jobs; the other tries what the
+security review tried: deleting claims, planting FIFOs and junk where claim and ticket files
+go, holding the selection lock, hard-linking a claim name to someone's file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from trusted_tree import trusted_tmp_dir
+from unix_users import UnixUser, unix_user
+
+from clusterjob.sandbox.standin import StandinScenario, a100, gpus_on_buses, write_scenario
+
+pytestmark = pytest.mark.nvml
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = StandinScenario(gpus=gpus_on_buses(a100, ["0000:07:00.0", "0000:0b:00.0"]))
+KEYS = [g.uuid for g in SCENARIO.gpus]
+
+
+@dataclass
+class Box:
+    """The shared machine: stand-in NVML readable by all, and a root-made 1777 lock dir."""
+
+    root: Path
+    lib_dir: Path
+    scenario: Path
+    locks: Path
+
+    def env(self) -> dict[str, str]:
+        return {
+            "LD_LIBRARY_PATH": str(self.lib_dir),
+            "FAKE_NVML_SCENARIO": str(self.scenario),
+            "PYTHONPATH": str(REPO),
+            "CLUSTERJOB_LOCK_DIR": str(self.locks),
+        }
+
+    def run(
+        self, user: UnixUser, *args: str, timeout: float = 40
+    ) -> subprocess.CompletedProcess[str]:
+        return user.run(
+            [sys.executable, "-m", "clusterjob", *args], env=self.env(), timeout=timeout
+        )
+
+    def start(self, user: UnixUser, *args: str) -> subprocess.Popen[bytes]:
+        return user.popen([sys.executable, "-m", "clusterjob", *args], env=self.env())
+
+
+@pytest.fixture(scope="module")
+def alice() -> Iterator[UnixUser]:
+    with unix_user("cjali") as u:
+        yield u
+
+
+@pytest.fixture(scope="module")
+def mallory() -> Iterator[UnixUser]:
+    with unix_user("cjmal") as u:
+        yield u
+
+
+@pytest.fixture
+def box(standin_lib: Path) -> Iterator[Box]:
+    for root in trusted_tmp_dir():
+        lib_dir = root / "lib"
+        lib_dir.mkdir()
+        shutil.copy(standin_lib, lib_dir / standin_lib.name)
+        (lib_dir / standin_lib.name).chmod(0o755)
+        scenario = write_scenario(root / "scenario.txt", SCENARIO)
+        scenario.chmod(0o644)
+        locks = root / "locks"
+        locks.mkdir()
+        locks.chmod(0o1777)
+        (root / "marks").mkdir()
+        (root / "marks").chmod(0o1777)
+        yield Box(root, lib_dir, scenario, locks)
+
+
+def holding(box: Box, user: UnixUser, gpus: int = 2) -> subprocess.Popen[bytes]:
+    """``user`` runs a job that holds ``gpus`` GPUs until killed; returns once it holds them."""
+    mark = box.root / "marks" / f"held-{user.name}"
+    proc = box.start(
+        user, "run", "--gpus", str(gpus), "--", "sh", "-c", f": > {mark}; exec sleep 60"
+    )
+    deadline = time.monotonic() + 30
+    while not mark.exists():
+        assert proc.poll() is None, "the holding run ended early"
+        assert time.monotonic() < deadline, "the holding run never started"
+        time.sleep(0.05)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.wait(10)
+
+
+# -- 4. claims survive the other user; the lock dir is not one user's to control ------------
+
+
+def test_another_user_cannot_delete_a_held_claim_and_take_the_gpu(
+    box: Box, alice: UnixUser, mallory: UnixUser
+) -> None:
+    """The review's attack: mallory used the GPUs first (so the shared claim files were hers),
+    deleted them while alice's job held the GPUs, and got both GPUs."""
+    assert box.run(mallory, "run", "--gpus", "2", "--", "true").returncode == 0
+    job = holding(box, alice)
+    try:
+        mallory.run(["sh", "-c", f"rm -f {box.locks}/*.claim"])
+        grab = box.run(mallory, "run", "--gpus", "1", "--", "true")
+        assert grab.returncode == 1, grab.stderr
+        assert "claimed by" in grab.stderr and alice.name in grab.stderr
+    finally:
+        stop(job)
+
+
+def test_a_lock_dir_another_user_owns_is_refused(
+    box: Box, alice: UnixUser, mallory: UnixUser
+) -> None:
+    """Whoever owns the lock dir could delete every claim in it (and chmod everyone out)."""
+    theirs = box.root / "marks" / "theirs"
+    env_dir = str(theirs)
+    made = mallory.run(["mkdir", "-m", "1777", env_dir])
+    assert made.returncode == 0, made.stderr
+    done = alice.run(
+        [sys.executable, "-m", "clusterjob", "run", "--", "true"],
+        env={**box.env(), "CLUSTERJOB_LOCK_DIR": env_dir},
+        timeout=40,
+    )
+    assert done.returncode == 1
+    assert f"GPU lock dir {theirs} belongs to {mallory.name}" in done.stderr
+
+
+# -- 5. FIFOs, held locks and junk cannot hang or break anyone's run -------------------------
+
+
+def test_fifos_where_claims_and_tickets_go_do_not_hang_runs(
+    box: Box, alice: UnixUser, mallory: UnixUser
+) -> None:
+    names = [f"{k}.claim" for k in KEYS] + [f"{k}@{alice.uid}.claim" for k in KEYS]
+    names += [f"{n:012d}.ticket" for n in range(1, 4)] + [f"000000000001@{alice.uid}.ticket"]
+    for name in names:
+        assert mallory.run(["mkfifo", "-m", "666", str(box.locks / name)]).returncode == 0
+    start = time.monotonic()
+    done = box.run(alice, "run", "--gpus", "2", "--", "true", timeout=30)
+    assert done.returncode == 0, done.stderr
+    waited = box.run(alice, "run", "--wait", "3", "--", "true", timeout=30)
+    assert waited.returncode == 0, waited.stderr
+    listed = box.run(alice, "gpus", timeout=30)
+    assert listed.returncode == 0, listed.stderr
+    assert time.monotonic() - start < 25
+
+
+def test_holding_the_selection_lock_cannot_hang_runs(
+    box: Box, alice: UnixUser, mallory: UnixUser
+) -> None:
+    lock = box.locks / ".selection.lock"
+    squatter = mallory.popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, time\n"
+            f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT, 0o644)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "time.sleep(120)\n",
+        ]
+    )
+    try:
+        while not lock.exists():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        start = time.monotonic()
+        job = holding(box, mallory, gpus=2)  # every GPU busy: alice must wait, then give up
+        try:
+            gave_up = box.run(alice, "run", "--wait", "3", "--", "true", timeout=60)
+        finally:
+            stop(job)
+        assert gave_up.returncode == 1, gave_up.stderr
+        assert "gave up after waiting 3s" in gave_up.stderr
+        assert time.monotonic() - start < 30
+        ok = box.run(alice, "run", "--", "true", timeout=60)
+        assert ok.returncode == 0, ok.stderr
+        assert box.run(alice, "gpus", timeout=60).returncode == 0
+    finally:
+        stop(squatter)
+
+
+@pytest.mark.parametrize("junk", ["mode 0600", "mode 000", "symlink", "directory"])
+def test_junk_claim_files_do_not_make_free_gpus_busy(
+    box: Box, alice: UnixUser, mallory: UnixUser, junk: str
+) -> None:
+    for key in KEYS:
+        for name in (f"{key}.claim", f"{key}@{alice.uid}.claim", f"{key}@{mallory.uid}.claim"):
+            path = str(box.locks / name)
+            if junk.startswith("mode"):
+                mode = junk.split()[1]
+                cmd = ["sh", "-c", f"echo junk > {path} && chmod {mode} {path}"]
+            elif junk == "symlink":
+                cmd = ["ln", "-s", "/etc/shadow", path]
+            else:
+                cmd = ["mkdir", path]
+            made = mallory.run(cmd)
+            assert made.returncode == 0, made.stderr
+    done = box.run(alice, "run", "--gpus", "2", "--", "true")
+    assert done.returncode == 0, done.stderr
+
+
+# -- 12. a claim file is truncated only when it is ours alone -------------------------------
+
+
+def test_claim_name_hard_linked_to_a_users_file_is_not_truncated(box: Box, alice: UnixUser) -> None:
+    """On a host with fs.protected_hardlinks=0 any user can make these links; made here by
+    the test (as root) on this host, which protects hard links."""
+    precious = box.root / "marks" / "alice-notes"
+    precious.write_text("do not lose\n")
+    os.chown(precious, alice.uid, alice.gid)
+    for key in KEYS:
+        for name in (f"{key}.claim", f"{key}@{alice.uid}.claim"):
+            os.link(precious, box.locks / name)
+    done = box.run(alice, "run", "--gpus", "2", "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert precious.read_text() == "do not lose\n"
