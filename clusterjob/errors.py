@@ -143,3 +143,13 @@ def exit_code(exc: BaseException) -> ExitCode:
         if isinstance(exc, cls):
             return code
     return ExitCode.INTERNAL
+
+
+# Control characters (C0 but tab and newline, DEL, C1) as \xNN: text from other users or
+# programs (a GPU claim's holder text, Slurm's stderr) must not drive the terminal.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (9, 10)}
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters escaped, nothing dropped."""
+    return text.translate(_CONTROL)

@@ -231,3 +231,48 @@ def test_claim_name_hard_linked_to_a_users_file_is_not_truncated(box: Box, alice
     done = box.run(alice, "run", "--gpus", "2", "--", "true")
     assert done.returncode == 0, done.stderr
     assert precious.read_text() == "do not lose\n"
+
+
+# -- 8. another user's text never drives our terminal ---------------------------------------
+
+
+def test_claim_holder_text_cannot_send_escape_sequences(
+    box: Box, alice: UnixUser, mallory: UnixUser
+) -> None:
+    evil_user = "\x1b]0;pwned\x07\x1b[2J"
+    claim = box.locks / f"{KEYS[0]}@{mallory.uid}.claim"
+    holder = mallory.popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, json, os, time\n"
+            f"fd = os.open({str(claim)!r}, os.O_RDWR | os.O_CREAT, 0o644)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            f"os.write(fd, json.dumps({{'user': {evil_user!r}, 'pid': 1, 'command': 'x',"
+            " 'since': 0}).encode())\n"
+            f"open({str(box.root / 'marks' / 'evil-ready')!r}, 'w').close()\n"
+            "time.sleep(60)\n",
+        ]
+    )
+    try:
+        while not (box.root / "marks" / "evil-ready").exists():
+            assert holder.poll() is None
+            time.sleep(0.05)
+        busy = box.run(alice, "run", "--gpus", "2", "--", "true")
+        listed = box.run(alice, "gpus")
+    finally:
+        stop(holder)
+    assert busy.returncode == 1
+    assert "claimed by \\x1b]0;pwned\\x07\\x1b[2J" in busy.stderr, busy.stderr
+    for out in (busy.stdout, busy.stderr, listed.stdout, listed.stderr):
+        assert "\x1b" not in out and "\x07" not in out
+
+
+def test_error_lines_escape_control_characters(capsys: pytest.CaptureFixture[str]) -> None:
+    """Slurm's stderr reaches the user inside error messages: printed escaped."""
+    from clusterjob.cli import err
+
+    err("sbatch: error: \x1b[31mred\x1b[0m\x9b2J done\tok\nnext")
+    assert capsys.readouterr().err == (
+        "clusterjob: sbatch: error: \\x1b[31mred\\x1b[0m\\x9b2J done\tok\nnext\n"
+    )

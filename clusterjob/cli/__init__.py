@@ -16,7 +16,7 @@ import typer
 from typer.exceptions import TyperException
 
 from clusterjob import __version__
-from clusterjob.errors import ClusterjobError, ConfigError, ExitCode, exit_code
+from clusterjob.errors import ClusterjobError, ConfigError, ExitCode, exit_code, printable
 
 app = typer.Typer(
     name="clusterjob",
@@ -65,8 +65,9 @@ app.add_typer(sandbox_app, name="sandbox")
 
 
 def err(message: str) -> None:
-    """Print one line to stderr, prefixed so it is clear who is speaking."""
-    print(f"clusterjob: {message}", file=sys.stderr)
+    """Print one line to stderr, prefixed so it is clear who is speaking; control characters
+    (from Slurm's stderr, another user's claim text) are escaped, never sent to the tty."""
+    print(f"clusterjob: {printable(message)}", file=sys.stderr)
 
 
 class _DebugLines(logging.Handler):
@@ -99,7 +100,7 @@ def run(argv: list[str]) -> int:
         if debug:
             raise
         for issue in exc.issues:  # one line each: file:line: key.path: message
-            print(str(issue), file=sys.stderr)
+            print(printable(str(issue)), file=sys.stderr)
         errors = sum(1 for i in exc.issues if not i.warning)
         if len(exc.issues) > 1:
             err(f"error: {errors} problems in site config")

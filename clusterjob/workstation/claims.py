@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from clusterjob.errors import ClusterjobError
+from clusterjob.errors import ClusterjobError, printable
 
 LOCK_DIR_ENV = "CLUSTERJOB_LOCK_DIR"
 SYSTEM_LOCK_DIR = Path("/var/lock/clusterjob")
@@ -113,7 +113,8 @@ class Holder:
 
     def __str__(self) -> str:
         since = time.strftime("%H:%M", time.localtime(self.since)) if self.since else "?"
-        return f"{self.user} (pid {self.pid}, since {since}: {self.command})"
+        # the holder wrote this text: whoever reads it must not get their terminal driven
+        return printable(f"{self.user} (pid {self.pid}, since {since}: {self.command})")
 
 
 @dataclass(frozen=True)
