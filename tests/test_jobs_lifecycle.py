@@ -639,3 +639,48 @@ def test_a_rebuilt_clusters_job_with_an_old_id_is_not_taken_for_the_old_one(data
     )
     (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
     assert row.state == "UNKNOWN"
+
+
+# --- explanations as Slurm 22.05 gives them ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "words"),
+    [
+        # afterok on a job that was cancelled (seen on the local cluster: 22.05)
+        ("PENDING", "DependencyNeverSatisfied", "failed or was cancelled"),
+        # a requeued job waits for its restart delay with reason BeginTime
+        ("PENDING", "BeginTime", "after a requeue"),
+        # an array held back by its %N limit
+        ("PENDING", "JobArrayTaskLimit", "at once"),
+        # sacct keeps the last pending reason of a job that since ran: no stale text
+        ("COMPLETED", "Dependency", ""),
+        ("FAILED", "JobArrayTaskLimit", ""),
+        ("OUT_OF_MEMORY", "Resources", "host memory"),
+    ],
+)
+def test_explanations_fit_the_state(state: str, reason: str, words: str) -> None:
+    from clusterjob.jobs.explain import explain
+
+    text = explain(state, reason, "42")
+    assert words in text
+    assert bool(text) is bool(words)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--since", "yesterday"],
+        ["status", "--watch", "--interval", "0"],
+        ["wait", "1", "--interval", "0"],
+        ["wait"],
+        ["logs", "5_1", "--task", "2"],
+        ["logs", "5_x"],
+        ["show", "424242"],
+        ["resubmit", "424242"],
+    ],
+)
+def test_bad_lifecycle_input_is_one_line_exit_2(data: Path, capsys, argv: list[str]) -> None:
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
