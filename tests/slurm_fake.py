@@ -196,7 +196,8 @@ class FakeSlurm:
         err = job["stderr"].replace("%j", job["job_id"])
         line = (
             f"JobId={job['job_id']} JobName={job['name']} JobState={job['state']} "
-            f"Reason={job['reason']} ExitCode={job['exit_code']} WorkDir={job['work_dir']} "
+            f"Reason={job['reason']} Restarts={job.get('restarts', '0')} "
+            f"ExitCode={job['exit_code']} WorkDir={job['work_dir']} "
             f"Comment={job['comment']} StdErr={err} StdIn=/dev/null StdOut={out} Power="
         )
         return self._ok(cmd, line + "\n")

@@ -684,3 +684,32 @@ def test_bad_lifecycle_input_is_one_line_exit_2(data: Path, capsys, argv: list[s
     assert run(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
+
+
+def test_a_requeued_job_says_so_with_its_restart_count(data: Path) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    job = slurm.add_job(state="PENDING", reason="BeginTime", restarts="2",
+                        start="2026-12-01T15:05:22")  # fmt: skip
+    plain = slurm.add_job(state="PENDING", reason="BeginTime")
+    for job_id, script in ((job, "#SBATCH --requeue\n"), (plain, "#!/bin/bash\n")):
+        registry.add(JobRecord(job_id, "fake", "s", f"t{job_id}", "x", script, "", "", "/w",
+                               None, time.time()))  # fmt: skip
+    rows = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    by_id = {r.job_id: r for r in rows}
+    assert by_id[job].restarts == 2
+    assert by_id[job].explanation == "requeued (restart 2), eligible at 15:05"
+    assert by_id[plain].restarts is None and "--begin" in by_id[plain].explanation
+    assert len(slurm.commands("scontrol")) == 1  # only for the job that may have been requeued
+
+
+def test_an_array_recorded_as_ended_without_its_tasks_stays_as_recorded(data: Path) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    record = track_array(registry, "77", "0-3")
+    registry.update_states(
+        [job_status.StateUpdate(record.token, "fake", "COMPLETED", None, 0)], checked_at=1.0
+    )
+    (row,) = status(["77"], client=slurm.client(), registry=registry)
+    assert (row.state, row.exit_code, row.source) == ("COMPLETED", 0, "registry")
+    assert slurm.calls == []

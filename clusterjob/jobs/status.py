@@ -251,7 +251,7 @@ def status(
     updates: list[StateUpdate] = []
     for record in records:
         spec = arrays[record.token]
-        if spec is not None:
+        if spec is not None and not (parse.is_final(record.state) and not record.tasks):
             whole, update = _array_status(
                 record,
                 spec,
