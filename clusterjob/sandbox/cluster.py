@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -273,6 +274,7 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
     _write(layout.slurm_conf, config.slurm_conf(layout, ports, node_gres, hooks=hooks), 0o644)
     _write(layout.job_submit_lua, config.JOB_SUBMIT_LUA, 0o644)
     _write(layout.slurmdbd_conf, config.slurmdbd_conf(layout, ports, _db_password(layout)), 0o600)
+    _make_hook_python(layout)
     # As `clusterjob site install-hooks` writes them, so the sandbox tests that very writer.
     install_wrappers(config.hook_wrappers(layout, installed=_isolated_python_imports_us()))
     for old in ("prolog", "task-prolog"):  # the names before the sandbox wrote them that way
@@ -284,6 +286,44 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
         key.write_bytes(secrets.token_bytes(128))
     shutil.chown(key, MUNGE_USER, MUNGE_USER)
     key.chmod(0o600)
+
+
+def _make_hook_python(layout: Layout) -> None:
+    """When this Python is not one every user can run (a venv over a Python in root's home),
+    a small venv of the system's Python of the same version that sees this environment's
+    packages and this clusterjob: the TaskProlog and node_command run as the job's user, and
+    with root's interpreter every other user's job failed with 126."""
+    if config.reachable_by_all(Path(sys.executable)):
+        return
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    bases = [Path(d) / version for d in ("/usr/bin", "/usr/local/bin")]
+    base = next((b for b in bases if config.reachable_by_all(b)), None)
+    if base is None:  # root's jobs still run; other users' cannot (said in `sandbox up`)
+        return
+    venv = layout.hook_python_dir
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run(
+            [str(base), "-I", "-m", "venv", "--without-pip", str(venv)],
+            cwd="/",
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    site = subprocess.run(
+        [str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        cwd="/",
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    here = sysconfig.get_paths()
+    paths = dict.fromkeys([str(_PACKAGE_ROOT), here["purelib"], here["platlib"]])
+    _write(Path(site) / "clusterjob-sandbox.pth", "\n".join(paths) + "\n", 0o644)
+
+
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _isolated_python_imports_us() -> bool:

@@ -9,6 +9,7 @@ puts A100s there. Pure functions only: nothing here touches the machine.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Mapping
@@ -174,6 +175,10 @@ class Layout:
     @property
     def bin_dir(self) -> Path:
         return self.state_dir / "bin"
+
+    @property
+    def hook_python_dir(self) -> Path:  # an interpreter every user can run, when needed
+        return self.state_dir / "python"
 
     @property
     def cache_dir(self) -> Path:  # the Prolog's parsed-site cache
@@ -396,6 +401,24 @@ def standin_env(layout: Layout) -> tuple[tuple[str, str], ...]:
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
+def reachable_by_all(path: Path) -> bool:
+    """Whether every user can run ``path``: it and each directory above it are world-x."""
+    try:
+        real = path.resolve(strict=True)
+        return all(os.stat(p).st_mode & 0o001 for p in (real, *real.parents))
+    except OSError:
+        return False
+
+
+def hook_python(layout: Layout) -> Path:
+    """The interpreter of the hooks and the node_command, which run as the job's user too:
+    this one when every user can run it, else the sandbox's own (``make_hook_python``), as
+    when this Python lives in root's home and other users' jobs would fail with 126."""
+    here = Path(sys.executable)
+    own = layout.hook_python_dir / "bin" / "python"
+    return here if reachable_by_all(here) or not own.exists() else own
+
+
 def hook_wrappers(layout: Layout, *, installed: bool = True) -> HookWrappers:
     """The Prolog and TaskProlog exactly as `clusterjob site install-hooks` writes them
     (isolated interpreter, fixed cwd), with the stand-in's environment, which the TaskProlog
@@ -403,7 +426,7 @@ def hook_wrappers(layout: Layout, *, installed: bool = True) -> HookWrappers:
     interpreter cannot import on its own): the wrappers name the tree."""
     return HookWrappers(
         prefix=layout.hooks_dir,
-        python=Path(sys.executable),
+        python=hook_python(layout),
         site=layout.site_yaml,
         cache_dir=layout.cache_dir,
         environment=standin_env(layout),
@@ -436,7 +459,7 @@ def node_command_script(layout: Layout) -> str:
             "#!/bin/sh",
             "# Written by `clusterjob sandbox up`: the node_command of sandbox job scripts.",
             *(f'export {name}="{value}"' for name, value in standin_env(layout)),
-            f"exec {shlex.quote(sys.executable)} -I -c {shlex.quote(boot)} "
+            f"exec {shlex.quote(str(hook_python(layout)))} -I -c {shlex.quote(boot)} "
             f'{shlex.quote(str(_PACKAGE_ROOT))} "$@"',
             "",
         ]

@@ -28,6 +28,7 @@ def _install_hooks(layout: Layout, *more: str) -> list[str]:
     return [
         "site", "install-hooks", "--site", str(layout.site_yaml),
         "--prefix", str(layout.hooks_dir), "--cache-dir", str(layout.cache_dir),
+        "--python", str(config.hook_python(layout)),  # one every job's user can run
         *(f"--env={name}={value}" for name, value in config.standin_env(layout)), *more,
     ]  # fmt: skip
 
