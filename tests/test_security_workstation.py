@@ -155,6 +155,7 @@ def test_fifos_where_claims_and_tickets_go_do_not_hang_runs(
     start = time.monotonic()
     done = box.run(alice, "run", "--gpus", "2", "--", "true", timeout=30)
     assert done.returncode == 0, done.stderr
+    assert f"warning: ignoring {len(names)} file(s) in {box.locks} that are not GPU" in done.stderr
     waited = box.run(alice, "run", "--wait", "3", "--", "true", timeout=30)
     assert waited.returncode == 0, waited.stderr
     listed = box.run(alice, "gpus", timeout=30)
@@ -214,6 +215,8 @@ def test_junk_claim_files_do_not_make_free_gpus_busy(
             assert made.returncode == 0, made.stderr
     done = box.run(alice, "run", "--gpus", "2", "--", "true")
     assert done.returncode == 0, done.stderr
+    if junk in ("symlink", "directory"):
+        assert "warning: ignoring" in done.stderr
 
 
 # -- 12. a claim file is truncated only when it is ours alone -------------------------------

@@ -373,6 +373,27 @@ def is_held(path: Path) -> bool:
     return False
 
 
+def foreign_files(lock_dir: Path) -> list[str]:
+    """Names in the lock dir that look like claims or tickets but are not one: not a regular
+    file, or not owned by the user their name says. Ignored; worth telling someone about."""
+    try:
+        names = sorted(os.listdir(lock_dir))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if _key_of(name) is None and not name.endswith(".ticket"):
+            continue
+        try:
+            info = os.lstat(lock_dir / name)
+        except OSError:
+            continue
+        owner = name.rsplit(".", 1)[0].partition("@")[2].split("-", 1)[0]
+        if not stat.S_ISREG(info.st_mode) or (owner.isdigit() and int(owner) != info.st_uid):
+            found.append(name)
+    return found
+
+
 def current_claims(lock_dir: Path | None = None) -> list[Claim]:
     """Every GPU claim held right now on this machine, sorted by key (for ``clusterjob gpus``).
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from clusterjob.errors import ClusterjobError, UsageError
+from clusterjob.errors import ClusterjobError, UsageError, printable
 from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.workstation import claims as claims_mod
 from clusterjob.workstation import queue as queue_mod
@@ -105,6 +105,16 @@ def acquire_gpus(
     catalog = catalog_for(inventory)
     model, _ = gpus_for_request(inventory, catalog, request)  # impossible requests fail first
     claims_mod.ensure_shared_dir(lock_dir)
+    junk = claims_mod.foreign_files(lock_dir)
+    if junk:  # never a claim and never waited on, but someone should clean it up
+        shown = ", ".join(junk[:5]) + (f" (+{len(junk) - 5} more)" if len(junk) > 5 else "")
+        print(
+            printable(
+                f"clusterjob: warning: ignoring {len(junk)} file(s) in {lock_dir} that are not "
+                f"GPU claims or tickets: {shown}"
+            ),
+            file=sys.stderr,
+        )
     qdir = queue_mod.queue_dir(lock_dir)
     text = shlex.join(command)
     if not wait:
