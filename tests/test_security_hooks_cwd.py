@@ -4,7 +4,6 @@ directory and had it run as root)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
