@@ -639,6 +639,13 @@ def test_a_rebuilt_clusters_job_with_an_old_id_is_not_taken_for_the_old_one(data
     )
     (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
     assert row.state == "UNKNOWN"
+    # the same job requeued later (Slurm does so after a node failure, --requeue or not):
+    # a later submit time under the same name is still this job
+    registry = Registry(data / "third.db")
+    registry.add(JobRecord(new, "fake", "s", "tok3", "train", "#!", "", "", "/w", None,
+                           time.time() - 3600))  # fmt: skip
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (row.state, row.source) == ("COMPLETED", "sacct")
 
 
 # --- explanations as Slurm 22.05 gives them ---------------------------------------------------

@@ -643,8 +643,9 @@ SAME_JOB_SECONDS = 600.0  # Slurm's SubmitTime and the registry's time of one su
 
 def _ours(row: _Row | None, record: JobRecord) -> _Row | None:
     """``row`` if it is the job ``record`` submitted, not another that now has its id (a
-    rebuilt cluster starts its ids again): squeue shows the submission token; both show the
-    submit time, which only a requeue moves later."""
+    rebuilt cluster starts its ids again): squeue shows the submission token; sacct only the
+    submit time, which a requeue moves later (Slurm requeues after a node failure even
+    without --requeue), so a later one counts as another job only under another name."""
     if row is None:
         return None
     comment = row.comment if isinstance(row, parse.QueuedJob) else None
@@ -654,7 +655,7 @@ def _ours(row: _Row | None, record: JobRecord) -> _Row | None:
         submitted = row.submit.timestamp()
         if submitted < record.submitted_at - SAME_JOB_SECONDS:
             return None
-        if submitted > record.submitted_at + SAME_JOB_SECONDS and "--requeue" not in record.script:
+        if submitted > record.submitted_at + SAME_JOB_SECONDS and row.name != record.job_name:
             return None
     return row
 
