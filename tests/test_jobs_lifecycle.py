@@ -160,6 +160,9 @@ def test_a_task_has_its_own_state_reason_and_site(data: Path) -> None:
     # an array clusterjob did not submit: a pending task is found in its range
     (other,) = status([f"{job}_5"], client=slurm.client(), registry=Registry(data / "o.db"))
     assert (other.job_id, other.state) == (f"{job}_5", "PENDING")
+    (stranger,) = status([job], client=slurm.client(), registry=Registry(data / "o.db"))
+    assert (stranger.job_id, stranger.state, stranger.site) == (job, "RUNNING", "")
+    assert stranger.tasks_summary == "6 tasks: 1 COMPLETED, 1 RUNNING, 4 PENDING"
 
 
 def test_a_throttled_array_waits_for_its_limit_not_for_resources(data: Path) -> None:
@@ -262,6 +265,10 @@ def test_logs_of_an_array_task_never_use_slurms_no_val(data: Path) -> None:
     )
     with pytest.raises(UsageError, match="no task 5"):
         output_path(f"{other}_5", client=slurm.client())
+    # an array clusterjob did not submit: scontrol names the array's own record with NO_VAL
+    stranger = slurm.add_job(state="PENDING", stdout="/w/slurm-%j_4294967294.out")
+    with pytest.raises(UsageError, match=rf"is an array: name one task.*{stranger}_0"):
+        output_path(stranger, client=slurm.client(), registry=Registry(data / "o.db"))
 
 
 # --- wait -------------------------------------------------------------------------------------

@@ -59,6 +59,11 @@ def output_path(
         paths = client.job_output_paths(job_id)
         if paths is not None:
             chosen = paths[1] if stderr else paths[0]
+            if chosen and NO_VAL in chosen and record is None:
+                raise UsageError(
+                    f"job {job_id} is an array: name one task, e.g. clusterjob logs "
+                    f"{job_id}_0 (or --task 0)"
+                )
             if chosen and NO_VAL not in chosen:
                 return Path(chosen)
     if recorded and NO_VAL not in recorded:

@@ -319,6 +319,17 @@ def status(
             )
             results.append(_from_record(record, state="UNKNOWN", note=note))
     for job_id in untracked:
+        array_rows = [r for r in queued.get(job_id, []) if "_" in r.job_id]
+        array_sums = [r for r in accounted.get(job_id, []) if "_" in r.job_id]
+        if "_" not in job_id and (array_rows or array_sums):
+            # an array clusterjob did not submit: summed up as one row all the same
+            stranger = JobRecord(job_id, "", "", "", (array_rows or array_sums)[0].name, "",
+                                 "", "", "", None, 0.0)  # fmt: skip
+            whole, _ = _array_status(
+                stranger, "", array_rows, array_sums, with_tasks=tasks, identity=False
+            )
+            results.append(whole)
+            continue
         row: parse.QueuedJob | parse.AccountedJob | None
         row = _pick(queued.get(job_id), "") or _pick(accounted.get(job_id), "")
         if row is None:
@@ -491,18 +502,22 @@ def _array_status(
     accounted: list[parse.AccountedJob],
     *,
     with_tasks: bool,
+    identity: bool = True,
 ) -> tuple[JobStatus, StateUpdate | None]:
     """An array as one row: its state sums up its tasks (FAILED if any failed, RUNNING while
-    any runs); each task keeps its own state, reason and exit code."""
+    any runs); each task keeps its own state, reason and exit code. ``identity``: keep only
+    rows of this submission (its token, its submit time)."""
     queued = [
         q
         for q in queued
-        if (not record.cluster or q.cluster == record.cluster) and _ours(q, record)
+        if (not record.cluster or q.cluster == record.cluster)
+        and (not identity or _ours(q, record))
     ]
     accounted = [
         a
         for a in accounted
-        if (not record.cluster or a.cluster == record.cluster) and _ours(a, record)
+        if (not record.cluster or a.cluster == record.cluster)
+        and (not identity or _ours(a, record))
     ]
     update = None
     if parse.is_final(record.state) and record.tasks:
