@@ -57,6 +57,14 @@ class UnixUser:
         )
 
 
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def _need_root() -> None:
     if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"):
         pytest.skip("needs root, useradd and setpriv to create a second Unix user")
@@ -66,7 +74,7 @@ def _need_root() -> None:
 def unix_user(prefix: str = "cjsec") -> Iterator[UnixUser]:
     """A fresh unprivileged user with a 0755 home under /home; removed (with its files) after."""
     _need_root()
-    name = f"{prefix}{os.getpid() % 100000}{len(pwd.getpwall()) % 100}"
+    name = next(n for i in range(1000) if not _exists(n := f"{prefix}{os.getpid() % 100000}x{i}"))
     subprocess.run(
         ["useradd", "--create-home", "--shell", "/bin/sh", "--user-group", name],
         check=True,
