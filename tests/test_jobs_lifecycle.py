@@ -727,3 +727,15 @@ def test_an_array_recorded_as_ended_without_its_tasks_stays_as_recorded(data: Pa
     (row,) = status(["77"], client=slurm.client(), registry=registry)
     assert (row.state, row.exit_code, row.source) == ("COMPLETED", 0, "registry")
     assert slurm.calls == []
+
+
+def test_an_array_with_tasks_nobody_knows_is_unknown_not_pending_forever(data: Path) -> None:
+    slurm = FakeSlurm(accounting=False)
+    registry = Registry()
+    job = slurm.add_array({0: ("COMPLETED", "0:0"), 1: ("FAILED", "2:0")})
+    slurm.forgotten.add(f"{job}_0")  # ended over MinJobAge ago, and no accounting
+    track_array(registry, job, "0-1")
+    (row,) = status([job], client=slurm.client(), registry=registry)
+    assert row.state == "UNKNOWN" and row.exit_code is None
+    assert row.tasks_summary == "2 tasks: 1 FAILED, 1 UNKNOWN"  # squeue has no exit codes
+    assert not parse.is_final(registry.get(job).state)

@@ -457,11 +457,17 @@ def _summary(tasks: Sequence[_Task]) -> tuple[str, str, int | None, str | None]:
     for t in tasks:
         counts.setdefault(t.state, []).append(t)
     states = set(counts)
-    pending = [t for t in tasks if not parse.is_final(t.state) and t.state not in _RUNNING]
+    pending = [
+        t
+        for t in tasks
+        if not parse.is_final(t.state) and t.state not in _RUNNING and t.state != "UNKNOWN"
+    ]
     if states & _RUNNING:
         state = "RUNNING"
     elif pending:
         state = "PENDING"
+    elif "UNKNOWN" in states:
+        state = "UNKNOWN"  # tasks neither squeue nor sacct knows (accounting off?): lost
     elif states <= {"COMPLETED"}:
         state = "COMPLETED"
     elif states & _FAILED:
