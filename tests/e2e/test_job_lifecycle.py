@@ -256,6 +256,9 @@ def test_single_node_signal_and_requeue_keep_both_attempts(
             time.sleep(2)
         assert row["state"] == "PENDING" and row["restarts"] == 1, row
         assert row["explanation"].startswith("requeued (restart 1), eligible at "), row
+        # Slurm makes a requeued job wait about two minutes; what is under test is that the
+        # second attempt appends to the same log, so let it start now.
+        sandbox.run("scontrol", "update", f"JobId={job}", "StartTime=now")
         assert wait(cj, job, timeout=300).returncode == 0
         out = cj("logs", job).stdout
         assert "first attempt, working" in out and "got USR1" in out, out
