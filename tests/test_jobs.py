@@ -425,3 +425,15 @@ def test_cli_status_json_and_table(data, capsys, monkeypatch) -> None:
     assert "FAILED (3)" in out
     assert run(["status", "nope"]) == 2
     assert "not a job id" in capsys.readouterr().err
+
+
+def test_status_shows_the_gpus_of_a_job_that_asked_per_job(data) -> None:
+    # A site of the `gpus` syntax asks with --gpus=TYPE:N: squeue's tres-per-node is empty.
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(
+        state="RUNNING", reason="None", tres_per_node="N/A", tres_per_job="gres:gpu:a100:4"
+    )
+    track(registry, slurm, job_id)
+    (row,) = job_status.status(client=slurm.client(), registry=registry)
+    assert row.gpus == "gres:gpu:a100:4 per job"

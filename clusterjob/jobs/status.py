@@ -682,10 +682,11 @@ def _ours(row: _Row | None, record: JobRecord) -> _Row | None:
 
 
 def _gpus_of(row: parse.QueuedJob | parse.AccountedJob) -> str | None:
-    """The job's GPUs as Slurm reports them: sacct's AllocTRES, squeue's TRES per node."""
-    return parse.gpu_tres(
-        row.alloc_tres if isinstance(row, parse.AccountedJob) else row.tres_per_node
-    )
+    """The job's GPUs as Slurm reports them: sacct's AllocTRES, squeue's TRES per node (or
+    per job or task, for jobs that asked with --gpus or --gpus-per-task)."""
+    if isinstance(row, parse.AccountedJob):
+        return parse.gpu_tres(row.alloc_tres)
+    return row.gpus_requested
 
 
 def _ended_exit_code(client: SlurmClient, row: parse.QueuedJob) -> int | None:

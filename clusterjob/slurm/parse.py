@@ -34,6 +34,9 @@ SQUEUE_FIELDS = (
     ("start", "StartTime"),
     ("submit", "SubmitTime"),
     ("tres_per_node", "tres-per-node"),
+    # A job that asked with --gpus or --gpus-per-task has its GPUs here, not per node.
+    ("tres_per_job", "tres-per-job"),
+    ("tres_per_task", "tres-per-task"),
     ("user", "UserName"),
     ("work_dir", "WorkDir"),
     ("stdout", "STDOUT"),
@@ -252,12 +255,27 @@ class QueuedJob:
     start: datetime | None
     submit: datetime | None
     tres_per_node: str | None
+    tres_per_job: str | None
+    tres_per_task: str | None
     user: str
     work_dir: str | None
     stdout: str | None  # as given to sbatch: %j, %x... not expanded by squeue
     stderr: str | None
     comment: str | None
     name: str
+
+    @property
+    def gpus_requested(self) -> str | None:
+        """The job's GPUs as squeue gives them: per node, else per job (``--gpus``) or per
+        task (``--gpus-per-task``), said so, since those counts are not per node."""
+        per_node = gpu_tres(self.tres_per_node)
+        if per_node:
+            return per_node
+        for text, unit in ((self.tres_per_job, "per job"), (self.tres_per_task, "per task")):
+            found = gpu_tres(text)
+            if found:
+                return f"{found} {unit}"
+        return None
 
 
 def parse_squeue(stdout: str) -> list[QueuedJob]:
@@ -285,6 +303,8 @@ def parse_squeue(stdout: str) -> list[QueuedJob]:
                 start=parse_time(v["start"]),
                 submit=parse_time(v["submit"]),
                 tres_per_node=_null(v["tres_per_node"]),
+                tres_per_job=_null(v["tres_per_job"]),
+                tres_per_task=_null(v["tres_per_task"]),
                 user=v["user"],
                 work_dir=_null(v["work_dir"]),
                 stdout=_null(v["stdout"]),
