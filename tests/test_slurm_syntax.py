@@ -14,7 +14,15 @@ import pytest
 from clusterjob.errors import UsageError
 from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.loader import load_site, validate_site_file
-from clusterjob.slurm.syntax import GRES_TYPE_NAME, MEMORY_SIZE, is_time, time_seconds
+from clusterjob.slurm.syntax import (
+    GRES_TYPE_NAME,
+    MAX_ARRAY_TASKS,
+    MEMORY_SIZE,
+    array_task_ids,
+    is_time,
+    split_array_id,
+    time_seconds,
+)
 
 
 @pytest.mark.parametrize(
@@ -141,3 +149,53 @@ def test_site_limit_and_request_time_accept_the_same(text: str, tmp_path: Path) 
     else:
         with pytest.raises(UsageError, match=re.escape(f"--time: not a Slurm time: {text!r}")):
             resolve(load_site(unlimited), request)
+
+
+# -- job arrays: --array values and the ids squeue/sacct print -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "ids"),
+    [
+        ("0-3", [0, 1, 2, 3]),
+        ("0-9%2", list(range(10))),
+        ("1,3,8-15:4", [1, 3, 8, 12]),
+        ("[2-5%2]", [2, 3, 4, 5]),  # squeue's tasks not started yet
+        (" 7 ", [7]),
+        ("5-5", [5]),
+        ("4,2,4", [2, 4]),
+        ("0-10:5", [0, 5, 10]),
+        (f"1-{MAX_ARRAY_TASKS}", list(range(1, MAX_ARRAY_TASKS + 1))),
+    ],
+)
+def test_array_task_ids(spec: str, ids: list[int]) -> None:
+    assert array_task_ids(spec) == ids
+
+
+NOT_A_SPEC = "is not an array spec (e.g. 0-9, 0-9%2, 1,3,5, 0-15:4)"
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ("0-9%x", "'0-9%x': the %N task limit must be a number"),
+        ("a-b", f"'a-b' {NOT_A_SPEC}"),
+        ("1-2x", f"'1-2x' {NOT_A_SPEC}"),
+        ("", f"'' {NOT_A_SPEC}"),
+        ("5-3", "'5-3': range '5-3' is empty"),
+        ("1-4:0", "'1-4:0': range '1-4:0' is empty"),
+        (f"0-{MAX_ARRAY_TASKS}", f"'0-{MAX_ARRAY_TASKS}': more than {MAX_ARRAY_TASKS} tasks"),
+        (f"1-{MAX_ARRAY_TASKS},0", f"'1-{MAX_ARRAY_TASKS},0': more than {MAX_ARRAY_TASKS} tasks"),
+    ],
+)
+def test_array_task_ids_rejects(spec: str, why: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(why)}$"):
+        array_task_ids(spec)
+
+
+@pytest.mark.parametrize(
+    ("job_id", "parts"),
+    [("123", ("123", None)), ("123_4", ("123", "4")), ("123_[5-9%2]", ("123", "[5-9%2]"))],
+)
+def test_split_array_id(job_id: str, parts: tuple[str, str | None]) -> None:
+    assert split_array_id(job_id) == parts
