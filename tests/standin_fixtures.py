@@ -121,6 +121,8 @@ def inventory_in_child(
         procs = g.pop("processes")
         if procs is not None:
             procs = tuple(GpuProcess(**p) for p in procs)
+        if g.get("nvlink_active") is not None:
+            g["nvlink_active"] = tuple(g["nvlink_active"])
         gpus.append(Gpu(**g, processes=procs))
     return GpuInventory(
         gpus=tuple(gpus),

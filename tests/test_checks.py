@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from clusterjob.gpu.inventory import Gpu, GpuInventory
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.node.allocation import Allocation, Context, allocation_from_env
 from clusterjob.node.checks import CHECK_IDS, REGISTRY, Facts, Need, PreflightReport, run_checks
@@ -299,6 +299,168 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         ),
         [("gpu-uuid", "warning", 0)],
     ),
+    # -- links, clocks, leftovers (each: a pass case and a fail case) ----------------------
+    "PCIe link at full width": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, pcie_link_width=16, pcie_link_width_max=16)),
+        ),
+        [],
+    ),
+    "PCIe link trained at x8 of x16": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, pcie_link_width=8, pcie_link_width_max=16)),
+        ),
+        [("pcie-degraded", "warning", 0)],
+    ),
+    "PCIe generation below max at idle is information": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(
+                gpu(
+                    0,
+                    A100,
+                    pcie_link_width=16,
+                    pcie_link_width_max=16,
+                    pcie_link_gen=1,
+                    pcie_link_gen_max=4,
+                )
+            ),  # fmt: skip
+        ),
+        [("pcie-degraded", "info", 0)],
+    ),
+    "NVLinks as many as the map says": (
+        dict(
+            node_map=(NodeGpu(0, "H100", BUSES[0], nvlinks=18),),
+            inventory=inv(gpu(0, H100, nvlink_active=(True,) * 18)),
+            allocation=alloc(0),
+        ),
+        [],
+    ),
+    "NVLink down on the job's GPU, map says 18": (
+        dict(
+            node_map=(NodeGpu(0, "H100", BUSES[0], nvlinks=18),),
+            inventory=inv(gpu(0, H100, nvlink_active=(True,) * 17 + (False,))),
+            allocation=alloc(0),
+        ),
+        [("nvlink-down", "error", 0)],
+    ),
+    "NVLink down, map silent: a warning": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, nvlink_active=(True, False, True))),
+            allocation=alloc(0),
+        ),
+        [("nvlink-down", "warning", 0)],
+    ),
+    "NVLink all inactive, map silent (PCIe board, no bridge): nothing": (
+        dict(node_map=slots("A100"), inventory=inv(gpu(0, A100, nvlink_active=(False,) * 12))),
+        [],
+    ),
+    "NVLink unknown, map says 18: nothing (unknown fact)": (
+        dict(
+            node_map=(NodeGpu(0, "H100", BUSES[0], nvlinks=18),),
+            inventory=inv(gpu(0, H100)),
+        ),
+        [],
+    ),
+    "NVSwitch fabric registered": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, fabric_state="completed", fabric_status=0)),
+        ),
+        [],
+    ),
+    "NVSwitch fabric in progress": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, fabric_state="in_progress")),
+        ),
+        [("nvlink-fabric", "error", 0)],
+    ),
+    "NVSwitch fabric completed with an error, GPU of another job": (
+        dict(
+            node_map=slots("A100", "A100"),
+            inventory=inv(gpu(0, A100, fabric_state="completed", fabric_status=999), gpu(1, A100)),
+            allocation=alloc(1),
+        ),
+        [("nvlink-fabric", "warning", 0)],
+    ),
+    "idle GPU, clocks not held down": (
+        dict(node_map=slots("A100"), inventory=inv(gpu(0, A100, clock_event_reasons=0x1))),
+        [],
+    ),
+    "hardware slowdown at job start": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, clock_event_reasons=0x1 | 0x8)),
+            allocation=alloc(0),
+        ),
+        [("clocks-throttled", "error", 0)],
+    ),
+    "software thermal slowdown only: a warning": (
+        dict(node_map=slots("A100"), inventory=inv(gpu(0, A100, clock_event_reasons=0x20))),
+        [("clocks-throttled", "warning", 0)],
+    ),
+    "GPU cool": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, temperature=40, temperature_slowdown=90)),
+        ),
+        [],
+    ),
+    "GPU near its slowdown temperature": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, temperature=86, temperature_slowdown=90)),
+        ),
+        [("gpu-hot", "warning", 0)],
+    ),
+    "no process on the job's GPU": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, processes=())),
+            allocation=alloc(0),
+        ),
+        [],
+    ),
+    "a leftover process on the job's GPU": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, processes=(GpuProcess(4242, 2**30, "python"),))),
+            allocation=alloc(0),
+        ),
+        [("gpu-busy", "error", 0)],
+    ),
+    "a process on another job's GPU is that job's": (
+        dict(
+            node_map=slots("A100", "A100"),
+            inventory=inv(
+                gpu(0, A100, processes=(GpuProcess(4242, 2**30, "python"),)), gpu(1, A100)
+            ),
+            allocation=alloc(1),
+        ),
+        [],
+    ),
+    "a process on the job's GPU, inside the job: a warning": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, processes=(GpuProcess(4242, None, None),))),
+            allocation=alloc(0),
+            context=Context.JOB,
+            cuda_device_order="PCI_BUS_ID",
+        ),
+        [("gpu-busy", "warning", 0)],
+    ),
+    "persistence mode on": (
+        dict(node_map=slots("A100"), inventory=inv(gpu(0, A100, persistence_mode=True))),
+        [],
+    ),
+    "persistence mode off": (
+        dict(node_map=slots("A100"), inventory=inv(gpu(0, A100, persistence_mode=False))),
+        [("persistence-off", "warning", 0)],
+    ),
 }
 
 
@@ -430,6 +592,13 @@ DOCUMENTED_IDS = {
     "row-remap-pending",
     "row-remap-failure",
     "mig-pending",
+    "pcie-degraded",
+    "nvlink-down",
+    "nvlink-fabric",
+    "clocks-throttled",
+    "gpu-hot",
+    "gpu-busy",
+    "persistence-off",
 }
 RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 

@@ -41,9 +41,11 @@ def site_yaml(
     log: str = "/nonexistent/prolog.jsonl",
     nodes: str = "gpu[1-2]",
     buses: tuple[str, ...] = BUSES,
+    nvlinks: int | None = None,
 ) -> str:
+    links = "" if nvlinks is None else f", nvlinks: {nvlinks}"
     gpus = "\n".join(
-        f'      - {{model: {m}, bus_id: "{b}"}}' for m, b in zip(models, buses, strict=True)
+        f'      - {{model: {m}, bus_id: "{b}"{links}}}' for m, b in zip(models, buses, strict=True)
     )
     return f"""\
 site: lab-test
@@ -598,3 +600,157 @@ def test_gpus_json(node: Node) -> None:
     assert done.returncode == 0
     data = json.loads(done.stdout)
     assert [g["bus_id"] for g in data["gpus"]] == list(BUSES)
+
+
+# -- links, clocks, leftovers: each check passes and fails through pynvml ------------------
+
+
+def hgx(**per_gpu: dict) -> StandinScenario:
+    """An 8-GPU H100 HGX node: 18 NVLinks per GPU, NVSwitch fabric registered."""
+    return StandinScenario(
+        gpus=tuple(
+            h100(b, i, node=NODE, **per_gpu.get(str(i), {})) for i, b in enumerate(H100_BUSES)
+        )
+    )
+
+
+def test_prolog_hgx_node_with_its_nvlinks_in_the_map_passes(node: Node) -> None:
+    node.setup(hgx(), models=("H100",) * 8, buses=H100_BUSES, nvlinks=18)
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0-7"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_prolog_nothing_supported_is_unknown_not_a_finding(node: Node) -> None:
+    """An old driver or board: every new NVML call says NOT_SUPPORTED; no finding, no error."""
+    words = ("pcie", "temperature", "clocks", "nvlink", "fabric", "processes", "persistence")
+    node.setup(hgx(**{str(i): {"unsupported": words} for i in range(8)}),
+               models=("H100",) * 8, buses=H100_BUSES, nvlinks=18)  # fmt: skip
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0-7"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+H0 = "gpu2: slot 0 (0000:18:00.0): NVIDIA H100 80GB HBM3"
+A0 = "gpu2: slot 0 (0000:07:00.0): NVIDIA A100-SXM4-80GB"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "map_links", "rc", "line"),
+    [
+        (
+            hgx(**{"0": {"pcie_width": 8}}),
+            None,
+            0,
+            f"warning: pcie-degraded: {H0}: PCIe link trained at x8, the board can do x16 -- "
+            "host<->GPU bandwidth is reduced: reseat the board or check the slot/riser",
+        ),
+        (
+            hgx(**{"0": {"nvlinks_down": (4, 9)}}),
+            18,
+            1,
+            f"nvlink-down: {H0}: 16 NVLink link(s) active, the node map says 18 (down: 4,9) -- "
+            "check the NVLink/NVSwitch cabling and nvidia-fabricmanager, then reset the GPU",
+        ),
+        (
+            hgx(**{"0": {"nvlinks_down": (4,)}}),
+            None,
+            0,
+            f"warning: nvlink-down: {H0}: NVLink link(s) 4 down, 17 of 18 active -- GPU-to-GPU "
+            "traffic is slower; reset the GPU or service the board",
+        ),
+        (
+            hgx(**{"0": {"fabric_state": "in_progress"}}),
+            18,
+            1,
+            f"nvlink-fabric: {H0}: NVSwitch fabric registration in progress -- CUDA jobs fail "
+            "to start: check nvidia-fabricmanager and its log",
+        ),
+        (
+            hgx(**{"0": {"clocks_event_reasons": 0x1 | 0x80}}),
+            18,
+            1,
+            f"clocks-throttled: {H0}: clocks held down by hw_power_brake while idle -- check "
+            "cooling, power supply and power-brake cabling (nvidia-smi -q -d PERFORMANCE)",
+        ),
+        (
+            hgx(**{"0": {"temperature": 88, "temperature_slowdown": 90}}),
+            18,
+            0,
+            f"warning: gpu-hot: {H0}: 88 C before the job starts, slowdown at 90 C -- check "
+            "the cooling",
+        ),
+        (
+            hgx(**{"0": {"processes": ((31337, 5 * 2**30, "python3"),)}}),
+            18,
+            1,
+            f"gpu-busy: {H0}: 1 compute process(es) already running: pid 31337 (python3)",
+        ),
+        (
+            hgx(**{"0": {"persistence": False}}),
+            18,
+            0,
+            f"warning: persistence-off: {H0}: persistence mode off -- every job pays the "
+            "driver's start-up and the GPU state is reset between jobs: enable "
+            "nvidia-persistenced",
+        ),
+    ],
+    ids=["pcie", "nvlink-map", "nvlink-partial", "fabric", "power-brake", "hot", "busy",
+         "persistence"],
+)  # fmt: skip
+def test_prolog_link_clock_and_process_findings(
+    node: Node, scenario: StandinScenario, map_links: int | None, rc: int, line: str
+) -> None:
+    node.setup(scenario, models=("H100",) * 8, buses=H100_BUSES, nvlinks=map_links)
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0,1"})
+    assert (done.returncode, done.stdout) == (rc, "")
+    assert done.stderr.splitlines() == [f"clusterjob prolog: {line}"]
+
+
+def test_prolog_process_on_another_jobs_gpu_is_not_a_finding(node: Node) -> None:
+    node.setup(hgx(**{"5": {"processes": ((31337, 2**30, "python3"),)}}),
+               models=("H100",) * 8, buses=H100_BUSES, nvlinks=18)  # fmt: skip
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0,1"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_gpus_json_has_link_clock_and_fabric_facts(node: Node) -> None:
+    node.setup(
+        hgx(**{"1": {"pcie_width": 8, "nvlinks_down": (2,), "clocks_event_reasons": 0x48}}),
+        models=("H100",) * 8,
+        buses=H100_BUSES,
+    )
+    done = node.run("gpus", "--json")
+    assert done.returncode == 0, done.stderr
+    g0, g1 = json.loads(done.stdout)["gpus"][:2]
+    assert (g0["pcie_link_width"], g0["pcie_link_width_max"], g0["pcie_link_gen"]) == (16, 16, 5)
+    assert (g0["fabric_state"], g0["fabric_status"], g0["clock_event_reasons"]) == (
+        "completed",
+        0,
+        0,
+    )
+    assert g0["nvlink_active"] == [True] * 18
+    assert g1["nvlink_active"] == [True, True, False] + [True] * 15
+    assert (g1["pcie_link_width"], g1["clock_event_reasons"]) == (8, 0x48)
+    assert (g0["temperature"], g0["temperature_slowdown"]) == (35, 90)
+
+
+def test_gpus_table_health_names_link_clock_and_fabric_problems(node: Node) -> None:
+    node.setup(
+        hgx(
+            **{
+                "1": {"pcie_width": 8, "nvlinks_down": (2,)},
+                "2": {"fabric_state": "not_started", "clocks_event_reasons": 0x1 | 0x8},
+                "3": {"temperature": 87, "persistence": False},
+            }
+        ),
+        models=("H100",) * 8,
+        buses=H100_BUSES,
+    )
+    done = node.run("gpus")
+    assert (done.returncode, done.stderr) == (0, "")
+    health = [re.split(r"\s{2,}", line)[6] for line in done.stdout.splitlines()[1:5]]
+    assert health == [
+        "ok",
+        "pcie:x8/x16,nvlink:17/18",
+        "fabric:not_started,hw_slowdown",
+        "hot:87C,persistence-off",
+    ]

@@ -10,7 +10,7 @@ import pytest
 from standin_fixtures import inventory_in_child
 
 from clusterjob.errors import NvmlError
-from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, clock_event_names
 from clusterjob.sandbox.standin import (
     GIB,
     StandinScenario,
@@ -120,8 +120,9 @@ def test_unsupported_fields_are_none(standin_lib, tmp_path):
     gpu = a100(
         "0000:07:00.0",
         0,
-        unsupported=("ecc", "remap", "mig", "serial", "persistence", "memory", "minor"),
-    )
+        unsupported=("ecc", "remap", "mig", "serial", "persistence", "memory", "minor", "pcie",
+                     "temperature", "clocks", "nvlink", "fabric"),
+    )  # fmt: skip
     inv = _inventory(standin_lib, StandinScenario(gpus=(gpu,)), tmp_path)
     (g,) = inv.gpus
     assert g == Gpu(
@@ -271,3 +272,26 @@ def test_slow_gpu_within_timeout_still_reads(standin_lib, tmp_path):
 def test_empty_node(standin_lib, tmp_path):
     inv = _inventory(standin_lib, StandinScenario(gpus=()), tmp_path)
     assert inv.gpus == () and inv.driver_version == "550.54.15"
+
+
+def test_link_clock_and_fabric_values(standin_lib, tmp_path):
+    """The NVML answers as the checks read them, through the real pynvml structures."""
+    scenario = StandinScenario(
+        gpus=(
+            h100("0000:18:00.0", 0, pcie_width=8, pcie_gen=2, nvlinks_down=(0, 17)),
+            h100("0000:2a:00.0", 1, fabric_state="completed", fabric_status=999,
+                 clocks_event_reasons=0x48, temperature=71, temperature_slowdown=87),
+            v100("0000:3a:00.0", 2),
+        )
+    )  # fmt: skip
+    g0, g1, g2 = _inventory(standin_lib, scenario, tmp_path).gpus
+    assert (g0.pcie_link_width, g0.pcie_link_width_max) == (8, 16)
+    assert (g0.pcie_link_gen, g0.pcie_link_gen_max) == (2, 5)
+    assert g0.nvlink_active == (False,) + (True,) * 16 + (False,)
+    assert (g0.fabric_state, g0.fabric_status) == ("completed", 0)
+    assert (g1.fabric_state, g1.fabric_status) == ("completed", 999)
+    assert g1.clock_event_reasons == 0x48
+    assert clock_event_names(g1.clock_event_reasons) == ("hw_slowdown", "hw_thermal")
+    assert (g1.temperature, g1.temperature_slowdown) == (71, 87)
+    assert g2.nvlink_active == (True,) * 6  # SXM2: six links
+    assert (g2.fabric_state, g2.fabric_status) == (None, None)  # no NVSwitch fabric to ask

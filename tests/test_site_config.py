@@ -54,6 +54,11 @@ EXPECTED: dict[str, list[str]] = {
     "duplicate_bus_id.yaml": [
         "9: node_map[0].gpus[1].bus_id: bus ID 0000:07:00.0 is already used by slot 0 of this node",
     ],
+    "bad_nvlinks.yaml": [
+        "8: node_map[0].gpus[0].nvlinks: a GPU has at most 36 NVLink links, got 40",
+        "9: node_map[0].gpus[1].nvlinks: expected an integer >= 0, got -1",
+        "10: node_map[0].gpus[2].nvlinks: expected an integer, got 'many'",
+    ],
     "bus_order.yaml": [
         "10: node_map[0].gpus[1].bus_id: GPUs must be listed in PCI bus order: 0000:07:00.0 "
         "comes before 0000:0b:00.0 (slot 0)",

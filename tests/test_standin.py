@@ -206,7 +206,7 @@ except n.NVMLError_Unknown:
         ("gpu.1.name = X\ngpu.1.uuid = GPU-1\ngpu.1.bus_id = 0000:07:00.0\n",
          "gpu.0 needs at least name, uuid and bus_id"),
         ("init_error = sometimes\n", "unknown init_error"),
-        ("gpu.0.name = X\ngpu.0.uuid = U\ngpu.0.bus_id = 07:00.0\ngpu.0.unsupported = clocks\n",
+        ("gpu.0.name = X\ngpu.0.uuid = U\ngpu.0.bus_id = 07:00.0\ngpu.0.unsupported = fans\n",
          "unknown word in unsupported"),
         ("driver_version 550\n", ":1: expected key = value"),
     ],
@@ -276,7 +276,7 @@ def test_scenario_text_round_trips_every_key():
 
 def test_scenario_rejects_unknown_words():
     with pytest.raises(ValueError, match="valid: name, uuid"):
-        a100("0000:07:00.0", 0, unsupported=("clocks",))
+        a100("0000:07:00.0", 0, unsupported=("fans",))
     with pytest.raises(ValueError, match="init_error"):
         StandinScenario(init_error="sometimes")
     with pytest.raises(ValueError, match="one line"):

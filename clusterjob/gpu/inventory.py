@@ -12,7 +12,34 @@ from dataclasses import dataclass
 from clusterjob.errors import NvmlError, NvmlErrorKind
 from clusterjob.gpu import isolation
 
-__all__ = ["Gpu", "GpuInventory", "GpuProcess", "read_inventory"]
+__all__ = [
+    "CLOCK_EVENT_REASONS",
+    "Gpu",
+    "GpuInventory",
+    "GpuProcess",
+    "clock_event_names",
+    "read_inventory",
+]
+
+# nvmlClocksEventReason* bits (the same values as the older ...ThrottleReason* ones) -> words.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+
+
+def clock_event_names(mask: int) -> tuple[str, ...]:
+    """The words for the bits set in an NVML clocks-event mask (unknown bits as hex)."""
+    names = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+    rest = mask & ~sum(CLOCK_EVENT_REASONS)
+    return (*names, hex(rest)) if rest else tuple(names)
 
 
 @dataclass(frozen=True)
@@ -42,6 +69,16 @@ class Gpu:
     lost: bool = False  # NVML said GPU_IS_LOST while reading this GPU
     memory_used: int | None = None  # bytes
     processes: tuple[GpuProcess, ...] | None = None  # running compute processes
+    pcie_link_width: int | None = None  # lanes the link trained at now
+    pcie_link_width_max: int | None = None
+    pcie_link_gen: int | None = None  # drops at idle on some boards (power saving)
+    pcie_link_gen_max: int | None = None
+    temperature: int | None = None  # degrees C, GPU die
+    temperature_slowdown: int | None = None  # where the GPU starts slowing itself down
+    clock_event_reasons: int | None = None  # nvmlClocksEventReason* bits active now
+    nvlink_active: tuple[bool, ...] | None = None  # per NVLink link; None: no NVLink / unknown
+    fabric_state: str | None = None  # NVSwitch fabric: not_started/in_progress/completed
+    fabric_status: int | None = None  # nvmlReturn_t of the registration (0: success)
 
 
 @dataclass(frozen=True)

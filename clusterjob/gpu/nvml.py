@@ -8,6 +8,7 @@ driver takes: ``clusterjob.gpu.inventory.read_inventory`` does.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from collections.abc import Callable
 from typing import Any
 
@@ -113,6 +114,7 @@ def _read_gpu(pynvml: Any, index: int) -> Gpu:
         persistence = read(pynvml, pynvml.nvmlDeviceGetPersistenceMode, handle)
         if persistence is not None:
             fields["persistence_mode"] = persistence == pynvml.NVML_FEATURE_ENABLED
+        fields.update(_read_links(pynvml, handle))
         procs = read(pynvml, pynvml.nvmlDeviceGetComputeRunningProcesses_v3, handle)
         if procs is not None:
             fields["processes"] = tuple(
@@ -128,6 +130,52 @@ def _read_gpu(pynvml: Any, index: int) -> Gpu:
     fields.setdefault("name", None)
     fields.setdefault("uuid", None)
     return Gpu(index=index, bus_id=bus_id, lost=lost, **fields)
+
+
+_FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # 0: not supported
+
+
+def _read_links(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """PCIe link, temperature, clock-event reasons, NVLink states and NVSwitch fabric.
+
+    Each is None when the GPU or driver cannot tell (NOT_SUPPORTED, or a driver too old to
+    have the function: pynvml raises FunctionNotFound, an NVMLError, for that too).
+    """
+    read = _optional
+    out: dict[str, Any] = {
+        "pcie_link_width": read(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        "pcie_link_width_max": read(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        "pcie_link_gen": read(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        "pcie_link_gen_max": read(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        "temperature": read(
+            pynvml, pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU
+        ),
+        "temperature_slowdown": read(
+            pynvml,
+            pynvml.nvmlDeviceGetTemperatureThreshold,
+            handle,
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+        ),
+    }
+    reasons = read(pynvml, pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
+    if reasons is None:  # drivers before 535 have only the older name
+        reasons = read(pynvml, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+    out["clock_event_reasons"] = reasons
+    # Links are numbered from 0; the first that does not answer ends the list (a GPU
+    # without NVLink says NOT_SUPPORTED for link 0, one past its last link INVALID_ARGUMENT).
+    states: list[bool] = []
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        state = read(pynvml, pynvml.nvmlDeviceGetNvLinkState, handle, link)
+        if state is None:
+            break
+        states.append(state == pynvml.NVML_FEATURE_ENABLED)
+    out["nvlink_active"] = tuple(states) if states else None
+    info = pynvml.c_nvmlGpuFabricInfo_t()
+    if read(pynvml, pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info)) is not None:
+        out["fabric_state"] = _FABRIC_STATES.get(info.state)
+        if out["fabric_state"] is not None:
+            out["fabric_status"] = int(info.status)
+    return out
 
 
 def _process_name(pynvml: Any, pid: int) -> str | None:

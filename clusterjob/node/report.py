@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
 from clusterjob import __version__
-from clusterjob.gpu.inventory import Gpu, GpuInventory
+from clusterjob.gpu.inventory import Gpu, GpuInventory, clock_event_names
 from clusterjob.node.checks import PreflightReport, Severity
+from clusterjob.node.checks.health import HOT_MARGIN_C
 
 __all__ = [
     "format_table",
@@ -91,7 +92,32 @@ def gpu_health(gpu: Gpu) -> str:
             problems.append("mig-pending")
         elif gpu.mig_current:
             problems.append("mig")
+    problems += _link_words(gpu)
     return ",".join(problems) or "ok"
+
+
+_SLOWDOWN_BITS = 0x8 | 0x20 | 0x40 | 0x80  # hw_slowdown, sw_thermal, hw_thermal, hw_power_brake
+
+
+def _link_words(gpu: Gpu) -> list[str]:
+    """What the link, fabric and clock checks look at, where it is worth a look."""
+    words = []
+    width, width_max = gpu.pcie_link_width, gpu.pcie_link_width_max
+    if width is not None and width_max is not None and width < width_max:
+        words.append(f"pcie:x{width}/x{width_max}")
+    links = gpu.nvlink_active
+    if links and 0 < sum(links) < len(links):
+        words.append(f"nvlink:{sum(links)}/{len(links)}")
+    if gpu.fabric_state is not None and (gpu.fabric_state != "completed" or gpu.fabric_status):
+        words.append(f"fabric:{gpu.fabric_state}")
+    if gpu.clock_event_reasons and gpu.clock_event_reasons & _SLOWDOWN_BITS:
+        words += clock_event_names(gpu.clock_event_reasons & _SLOWDOWN_BITS)
+    temp, slowdown = gpu.temperature, gpu.temperature_slowdown
+    if temp is not None and slowdown is not None and temp >= slowdown - HOT_MARGIN_C:
+        words.append(f"hot:{temp}C")
+    if gpu.persistence_mode is False:
+        words.append("persistence-off")
+    return words
 
 
 def _gib(n: int | None) -> str:

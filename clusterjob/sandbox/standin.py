@@ -51,7 +51,13 @@ UNSUPPORTED_WORDS = (
     "persistence",
     "processes",
     "utilization",
+    "pcie",
+    "temperature",
+    "clocks",
+    "nvlink",
+    "fabric",
 )
+FABRIC_STATES = ("not_started", "in_progress", "completed")
 
 _CFLAGS = ("-shared", "-fPIC", "-O2", "-Wall", "-fvisibility=hidden", f"-Wl,-soname,{LIBRARY_NAME}")
 GIB = 1024**3
@@ -87,9 +93,25 @@ class StandinGpu:
     unsupported: tuple[str, ...] = ()  # words of UNSUPPORTED_WORDS: NOT_SUPPORTED
     processes: tuple[StandinProcess, ...] = ()
     utilization: int = 0  # percent
+    pcie_width: int = 16  # lanes the link trained at
+    pcie_width_max: int = 16
+    pcie_gen: int = 4
+    pcie_gen_max: int = 4
+    temperature: int = 35  # degrees C
+    temperature_slowdown: int = 90  # NVML's slowdown threshold, degrees C
+    clocks_event_reasons: int = 0  # nvmlClocksEventReason* bits active now
+    nvlinks: int = 0  # NVLink links 0..nvlinks-1 (0: none; NVML says NOT_SUPPORTED)
+    nvlinks_down: tuple[int, ...] = ()  # those links are inactive
+    fabric_state: str | None = None  # one of FABRIC_STATES; None: no fabric (NOT_SUPPORTED)
+    fabric_status: int = 0  # nvmlReturn_t of the fabric registration
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unsupported", tuple(self.unsupported))
+        object.__setattr__(self, "nvlinks_down", tuple(self.nvlinks_down))
+        if self.fabric_state is not None and self.fabric_state not in FABRIC_STATES:
+            raise ValueError(
+                f"fabric_state: {self.fabric_state!r} (valid: {', '.join(FABRIC_STATES)} or None)"
+            )
         object.__setattr__(self, "processes", tuple(StandinProcess(*p) for p in self.processes))
         unknown = sorted(set(self.unsupported) - set(UNSUPPORTED_WORDS))
         if unknown:
@@ -141,6 +163,17 @@ def scenario_text(scenario: StandinScenario) -> str:
             "mig_pending": gpu.mig_pending,
             "persistence": gpu.persistence,
             "utilization": gpu.utilization,
+            "pcie_width": gpu.pcie_width,
+            "pcie_width_max": gpu.pcie_width_max,
+            "pcie_gen": gpu.pcie_gen,
+            "pcie_gen_max": gpu.pcie_gen_max,
+            "temperature": gpu.temperature,
+            "temperature_slowdown": gpu.temperature_slowdown,
+            "clocks_event_reasons": hex(gpu.clocks_event_reasons),
+            "nvlinks": gpu.nvlinks,
+            "nvlinks_down": ",".join(map(str, gpu.nvlinks_down)) or None,
+            "fabric_state": gpu.fabric_state,
+            "fabric_status": gpu.fabric_status,
             "lost_after_calls": gpu.lost_after_calls,
             "hang_seconds": gpu.hang_seconds,
             "unsupported": ",".join(gpu.unsupported) or None,
@@ -271,18 +304,27 @@ def _make(
 
 
 def a100(bus_id: str, index: int, *, node: str = "", **overrides: Any) -> StandinGpu:
-    """An A100 SXM4 80GB; UUID and serial derive from node and bus ID (stable per slot)."""
+    """An A100 SXM4 80GB (12 NVLinks); UUID and serial derive from node and bus ID."""
+    overrides = {"nvlinks": 12, **overrides}
     return _make("NVIDIA A100-SXM4-80GB", 80 * GIB, bus_id, index, node, overrides)
 
 
 def v100(bus_id: str, index: int, *, node: str = "", **overrides: Any) -> StandinGpu:
     """A V100 SXM2 32GB (no MIG, no row remapping: NVML says NOT_SUPPORTED for both)."""
-    overrides = {"unsupported": ("mig", "remap"), **overrides}
+    overrides = {"unsupported": ("mig", "remap"), "nvlinks": 6, "pcie_gen_max": 3,
+                 "pcie_gen": 3, **overrides}  # fmt: skip
     return _make("Tesla V100-SXM2-32GB", 32 * GIB, bus_id, index, node, overrides)
 
 
 def h100(bus_id: str, index: int, *, node: str = "", **overrides: Any) -> StandinGpu:
-    """An H100 SXM5 80GB HBM3."""
+    """An H100 SXM5 80GB HBM3 of an HGX board: 18 NVLinks, NVSwitch fabric registered."""
+    overrides = {
+        "nvlinks": 18,
+        "fabric_state": "completed",
+        "pcie_gen": 5,
+        "pcie_gen_max": 5,
+        **overrides,
+    }
     return _make("NVIDIA H100 80GB HBM3", 81559 * 1024**2, bus_id, index, node, overrides)
 
 

@@ -13,12 +13,19 @@
  *   gpu.N.name / uuid / serial / bus_id (any PCI form) / minor / memory_total / memory_used
  *   gpu.N.ecc_uncorrectable / remapped_pending / remapped_failure / mig_current / mig_pending
  *   gpu.N.persistence / utilization (percent)
+ *   gpu.N.pcie_width / pcie_width_max / pcie_gen / pcie_gen_max   PCIe link (16, 16, 4, 4)
+ *   gpu.N.temperature / temperature_slowdown   degrees C (35, 90)
+ *   gpu.N.clocks_event_reasons = 0x48   nvmlClocksEventReason* bits active now (0)
+ *   gpu.N.nvlinks = L            NVLink links 0..L-1 (0: the GPU has none, NOT_SUPPORTED)
+ *   gpu.N.nvlinks_down = 3,7     those links are inactive
+ *   gpu.N.fabric_state = not_started | in_progress | completed   (unset: NOT_SUPPORTED)
+ *   gpu.N.fabric_status = R      nvmlReturn_t of the fabric registration (0: success)
  *   gpu.N.lost_after_calls = K   calls addressing GPU N beyond the first K return GPU_IS_LOST
  *                                (handle lookups count; K = 0 loses the GPU outright)
  *   gpu.N.hang_seconds = S       every call addressing GPU N sleeps S seconds first
  *   gpu.N.unsupported = ecc,remap,mig,serial,...   those calls return NOT_SUPPORTED
  *                      (also: name, uuid, minor, pci, memory, persistence, processes,
- *                       utilization)
+ *                       utilization, pcie, temperature, clocks, nvlink, fabric)
  *   gpu.N.process.K = pid:used_bytes:name        running compute processes
  * N is the NVML index; GPUs must be numbered 0..count-1 without gaps.
  *
@@ -57,6 +64,11 @@ enum {
     UNSUP_PERSISTENCE = 1 << 9,
     UNSUP_PROCESSES = 1 << 10,
     UNSUP_UTILIZATION = 1 << 11,
+    UNSUP_PCIE = 1 << 12,
+    UNSUP_TEMPERATURE = 1 << 13,
+    UNSUP_CLOCKS = 1 << 14,
+    UNSUP_NVLINK = 1 << 15,
+    UNSUP_FABRIC = 1 << 16,
 };
 
 static const struct {
@@ -75,7 +87,14 @@ static const struct {
     {"persistence", UNSUP_PERSISTENCE},
     {"processes", UNSUP_PROCESSES},
     {"utilization", UNSUP_UTILIZATION},
+    {"pcie", UNSUP_PCIE},
+    {"temperature", UNSUP_TEMPERATURE},
+    {"clocks", UNSUP_CLOCKS},
+    {"nvlink", UNSUP_NVLINK},
+    {"fabric", UNSUP_FABRIC},
 };
+
+#define MAX_NVLINKS NVML_NVLINK_MAX_LINKS
 
 struct standin_process {
     unsigned int pid;
@@ -99,6 +118,13 @@ struct nvmlDevice_st {
     int mig_current, mig_pending;
     int persistence;
     unsigned int utilization;
+    unsigned int pcie_width, pcie_width_max, pcie_gen, pcie_gen_max;
+    unsigned int temperature, temperature_slowdown;
+    unsigned long long clocks_event_reasons;
+    unsigned int nvlinks;
+    unsigned char nvlink_down[MAX_NVLINKS];
+    int fabric_state; /* -1: NOT_SUPPORTED; else NVML_GPU_FABRIC_STATE_* */
+    unsigned int fabric_status;
     long lost_after_calls; /* -1: never lost */
     double hang_seconds;
     unsigned unsupported;
@@ -201,6 +227,35 @@ static int parse_unsupported(const char *value, unsigned *out)
     return 0;
 }
 
+static int parse_uint(const char *s, unsigned int max, unsigned int *out)
+{
+    unsigned long long n;
+    if (parse_ull(s, &n) || n > max)
+        return -1;
+    *out = (unsigned int)n;
+    return 0;
+}
+
+static int parse_links(const char *value, unsigned char *down)
+{
+    char buf[512];
+    if (strlen(value) >= sizeof buf)
+        return -1;
+    strcpy(buf, value);
+    memset(down, 0, MAX_NVLINKS);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        unsigned int link;
+        char *word = trim(tok);
+        if (!*word)
+            continue;
+        if (parse_uint(word, MAX_NVLINKS - 1, &link))
+            return -1;
+        down[link] = 1;
+    }
+    return 0;
+}
+
 static int parse_process(const char *value, struct standin_process *p)
 {
     char buf[TEXT * 2];
@@ -269,6 +324,43 @@ static const char *set_gpu_field(struct nvmlDevice_st *g, const char *field, con
         g->utilization = (unsigned int)n;
         return NULL;
     }
+    if (!strcmp(field, "pcie_width"))
+        return parse_uint(value, 32, &g->pcie_width) ? "pcie_width is not a lane count" : NULL;
+    if (!strcmp(field, "pcie_width_max"))
+        return parse_uint(value, 32, &g->pcie_width_max) ? "pcie_width_max is not a lane count"
+                                                          : NULL;
+    if (!strcmp(field, "pcie_gen"))
+        return parse_uint(value, 9, &g->pcie_gen) ? "pcie_gen is not a PCIe generation" : NULL;
+    if (!strcmp(field, "pcie_gen_max"))
+        return parse_uint(value, 9, &g->pcie_gen_max) ? "pcie_gen_max is not a PCIe generation"
+                                                      : NULL;
+    if (!strcmp(field, "temperature"))
+        return parse_uint(value, 200, &g->temperature) ? "temperature is not degrees C" : NULL;
+    if (!strcmp(field, "temperature_slowdown"))
+        return parse_uint(value, 200, &g->temperature_slowdown)
+                   ? "temperature_slowdown is not degrees C"
+                   : NULL;
+    if (!strcmp(field, "clocks_event_reasons"))
+        return parse_ull(value, &g->clocks_event_reasons) ? "clocks_event_reasons is not a number"
+                                                          : NULL;
+    if (!strcmp(field, "nvlinks"))
+        return parse_uint(value, MAX_NVLINKS, &g->nvlinks) ? "nvlinks is not a link count" : NULL;
+    if (!strcmp(field, "nvlinks_down"))
+        return parse_links(value, g->nvlink_down) ? "nvlinks_down is not a list of links" : NULL;
+    if (!strcmp(field, "fabric_state")) {
+        if (!strcmp(value, "not_started"))
+            g->fabric_state = NVML_GPU_FABRIC_STATE_NOT_STARTED;
+        else if (!strcmp(value, "in_progress"))
+            g->fabric_state = NVML_GPU_FABRIC_STATE_IN_PROGRESS;
+        else if (!strcmp(value, "completed"))
+            g->fabric_state = NVML_GPU_FABRIC_STATE_COMPLETED;
+        else
+            return "fabric_state is not not_started, in_progress or completed";
+        return NULL;
+    }
+    if (!strcmp(field, "fabric_status"))
+        return parse_uint(value, 1000000, &g->fabric_status) ? "fabric_status is not a number"
+                                                             : NULL;
     if (!strcmp(field, "lost_after_calls")) {
         if (parse_ull(value, &n) || n > 1000000000ULL)
             return "lost_after_calls is not a number";
@@ -339,6 +431,11 @@ static void reset_scenario(void)
     for (int i = 0; i < MAX_GPUS; i++) {
         gpus[i].lost_after_calls = -1;
         gpus[i].persistence = 1;
+        gpus[i].pcie_width = gpus[i].pcie_width_max = 16;
+        gpus[i].pcie_gen = gpus[i].pcie_gen_max = 4;
+        gpus[i].temperature = 35;
+        gpus[i].temperature_slowdown = 90;
+        gpus[i].fabric_state = -1;
     }
     gpu_count = 0;
     strcpy(driver_version, "550.54.15");
@@ -891,4 +988,137 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
                                                          nvmlProcessInfo_v1_t *infos)
 {
     return list_processes(device, infoCount, NULL, infos);
+}
+
+/* ---- links, clocks, temperature ------------------------------------------------------ */
+
+static nvmlReturn_t put_uint(nvmlDevice_t device, unsigned bit, unsigned int *out,
+                             unsigned int value)
+{
+    nvmlReturn_t ret = touch(device, bit);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *out = value;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
+{
+    return put_uint(device, UNSUP_PCIE, width, device ? device->pcie_width : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
+{
+    return put_uint(device, UNSUP_PCIE, width, device ? device->pcie_width_max : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+    return put_uint(device, UNSUP_PCIE, gen, device ? device->pcie_gen : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+    return put_uint(device, UNSUP_PCIE, gen, device ? device->pcie_gen_max : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+    return put_uint(device, UNSUP_PCIE, gen, device ? device->pcie_gen_max : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
+                                             nvmlTemperatureSensors_t sensorType,
+                                             unsigned int *temp)
+{
+    if (sensorType != NVML_TEMPERATURE_GPU)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return put_uint(device, UNSUP_TEMPERATURE, temp, device ? device->temperature : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device,
+                                                      nvmlTemperatureThresholds_t thresholdType,
+                                                      unsigned int *temp)
+{
+    if (thresholdType != NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return put_uint(device, UNSUP_TEMPERATURE, temp, device ? device->temperature_slowdown : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                           unsigned long long *reasons)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_CLOCKS);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = device->clocks_event_reasons;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                              unsigned long long *reasons)
+{
+    return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+}
+
+/* Links 0..nvlinks-1 answer; beyond them INVALID_ARGUMENT, as a real driver does. */
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                             nvmlEnableState_t *isActive)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_NVLINK);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!device->nvlinks)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (!isActive || link >= device->nvlinks)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isActive = device->nvlink_down[link] ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t fabric(nvmlDevice_t device, unsigned int *status, unsigned int *cliqueId,
+                           nvmlGpuFabricState_t *state)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_FABRIC);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (device->fabric_state < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *status = device->fabric_status;
+    *cliqueId = 1;
+    *state = (nvmlGpuFabricState_t)device->fabric_state;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info)
+{
+    unsigned int status = 0;
+    nvmlReturn_t ret;
+    if (!info)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    ret = fabric(device, &status, &info->cliqueId, &info->state);
+    info->status = (nvmlReturn_t)status;
+    return ret;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *info)
+{
+    unsigned int status = 0;
+    nvmlReturn_t ret;
+    if (!info)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlGpuFabricInfo_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH; /* only v2 is answered here */
+    nvmlGpuFabricInfo_v2_t *v2 = (nvmlGpuFabricInfo_v2_t *)info;
+    unsigned int version = v2->version;
+    memset(v2, 0, sizeof *v2);
+    v2->version = version;
+    ret = fabric(device, &status, &v2->cliqueId, &v2->state);
+    v2->status = (nvmlReturn_t)status;
+    return ret;
 }

@@ -72,7 +72,8 @@ _MODEL_KEYS = {
 _PARTITION_KEYS = {"nodes": True, "time_limit": False, "default": False, "defaults": False}
 _DEFAULTS_KEYS = {"account": False, "qos": False, "cpus_per_gpu": False, "mem_per_gpu": False}
 _NODE_ENTRY_KEYS = {"nodes": True, "gpus": True}
-_GPU_SLOT_KEYS = {"model": True, "bus_id": False, "uuid": False}
+_MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS of current drivers (18 on Hopper boards)
+_GPU_SLOT_KEYS = {"model": True, "bus_id": False, "uuid": False, "nvlinks": False}
 _PROLOG_KEYS = {"on_error": False, "deadline_seconds": False, "log": False}
 
 
@@ -347,6 +348,14 @@ def _read_gpus(
         model = read_key(fields, "model", v.string, spath)
         bus_id = read_key(fields, "bus_id", v.string, spath)
         uuid = read_key(fields, "uuid", v.string, spath)
+        nvlinks = read_key(fields, "nvlinks", lambda n, p: v.integer(n, p, minimum=0), spath)
+        if isinstance(nvlinks, int) and nvlinks > _MAX_NVLINKS:
+            v.error(
+                key_line(fields, "nvlinks"),
+                join_path(spath, "nvlinks"),
+                f"a GPU has at most {_MAX_NVLINKS} NVLink links, got {nvlinks}",
+            )
+            nvlinks = INVALID
         if isinstance(model, str) and defined is not None and model not in defined:
             known = ", ".join(defined) or "none"
             near = next((m.name for m in defined.values() if m and m.matches(model)), None)
@@ -369,7 +378,10 @@ def _read_gpus(
         if model is INVALID or bus_id is INVALID or uuid is INVALID or model is None:
             bad = True
             continue
-        slots.append(NodeGpu(slot=i, model=model, bus_id=bus_id, uuid=uuid))
+        if nvlinks is INVALID:
+            bad = True
+            continue
+        slots.append(NodeGpu(slot=i, model=model, bus_id=bus_id, uuid=uuid, nvlinks=nvlinks))
     return None if bad else tuple(slots)
 
 

@@ -64,6 +64,7 @@ class NodeGpu:
     model: str  # canonical model name
     bus_id: str | None = None  # normalised with clusterjob.pci.normalise_bus_id
     uuid: str | None = None
+    nvlinks: int | None = None  # NVLink links that must be active (the slot's nvlinks: key)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.model import NodeGpu, OnError, PrologPolicy, Site
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3  # 3: a slot carries nvlinks
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _to_json(view: NodeView, key: list[Any]) -> str:
             "site": view.site,
             "gpus": None
             if view.gpus is None
-            else [[g.slot, g.model, g.bus_id, g.uuid] for g in view.gpus],
+            else [[g.slot, g.model, g.bus_id, g.uuid, g.nvlinks] for g in view.gpus],
             "models": {k: list(v) for k, v in view.models.items()},
             "gres_types": dict(view.gres_types),
             "prolog": {

@@ -104,6 +104,13 @@ class Facts:
     def slot_of(self, gpu: Gpu) -> int | None:
         return self._slot_of_bus.get(gpu.bus_id)
 
+    def map_slot(self, gpu: Gpu) -> NodeGpu | None:
+        """The node map's slot holding ``gpu`` (None: unmapped node or a GPU the map lacks)."""
+        for slot, held in self.pairs:
+            if held is not None and held.bus_id == gpu.bus_id:
+                return slot
+        return None
+
     @cached_property
     def _slot_of_bus(self) -> dict[str, int]:
         return {g.bus_id: s for s, g in self.slot_gpu.items() if g is not None}

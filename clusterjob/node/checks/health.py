@@ -1,4 +1,5 @@
-"""Health checks, once per GPU NVML sees: lost, ECC, row remapping, MIG mode.
+"""Health checks, once per GPU NVML sees: lost, ECC, row remapping, MIG mode, PCIe and
+NVLink links, NVSwitch fabric, clock throttling, temperature, leftover processes, persistence.
 
 A broken GPU the job was given (or may have been given: its GPUs unknown) is an error; one
 it was not given is a warning, so the node is drained when a job would actually land on it.
@@ -10,18 +11,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from clusterjob.gpu.inventory import Gpu
+from clusterjob.node.allocation import Context
 from clusterjob.node.checks.facts import Facts
 from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Stage, check
 
 
 def _observe(
-    facts: Facts, gpu: Gpu, what: str, found: str, severity: Severity | None = None
+    facts: Facts,
+    gpu: Gpu,
+    what: str,
+    found: str,
+    severity: Severity | None = None,
+    expected: str | None = None,
 ) -> Observation:
     slot = facts.slot_of(gpu)
     where = facts.where(slot, gpu.bus_id)
     label = f"{where}: {gpu.name}" if gpu.name else where
-    return Observation(f"{label}: {what}", slot, gpu.bus_id, None, found, severity)
+    return Observation(f"{label}: {what}", slot, gpu.bus_id, expected, found, severity)
 
 
 def _on_job(facts: Facts, gpu: Gpu) -> Severity | None:
@@ -65,3 +72,127 @@ def mig_pending(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     cur, pend = ("on" if current else "off"), ("on" if pending else "off")
     what = f"MIG mode is {cur}, {pend} pending a GPU reset"
     yield _observe(facts, gpu, what, f"mig {cur}->{pend}", _on_job(facts, gpu))
+
+
+# -- links, clocks, leftovers: what makes a node slow or a job fail to start ---------------
+
+_HW_SLOWDOWN = {0x8: "hw_slowdown", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
+_SW_THERMAL = 0x20
+HOT_MARGIN_C = 5  # gpu-hot: an idle GPU this close to its own slowdown temperature
+
+
+@check("pcie-degraded", Severity.WARNING, stage=Stage.HEALTH)
+def pcie_degraded(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    """Link width below the maximum is a fault (reseat the board, check the riser); a lower
+    generation alone is information only: many boards drop the link speed at idle."""
+    if gpu.lost:
+        return
+    width, width_max = gpu.pcie_link_width, gpu.pcie_link_width_max
+    gen, gen_max = gpu.pcie_link_gen, gpu.pcie_link_gen_max
+    link = f"x{width} gen{gen if gen is not None else '?'}"
+    if width is not None and width_max is not None and width < width_max:
+        what = (
+            f"PCIe link trained at x{width}, the board can do x{width_max} -- host<->GPU "
+            "bandwidth is reduced: reseat the board or check the slot/riser"
+        )
+        yield _observe(facts, gpu, what, link)
+    elif gen is not None and gen_max is not None and gen < gen_max:
+        what = f"PCIe link at gen{gen}, the board can do gen{gen_max} (normal at idle)"
+        yield _observe(facts, gpu, what, link, Severity.INFO)
+
+
+@check("nvlink-down", Severity.ERROR, stage=Stage.HEALTH)
+def nvlink_down(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    """Fewer active NVLinks than the node map's ``nvlinks`` (an error on the job's GPUs);
+    without that key, some links down while others are up (a warning). Unknown: nothing."""
+    links = gpu.nvlink_active
+    if gpu.lost or links is None:
+        return
+    up = sum(links)
+    down = [i for i, active in enumerate(links) if not active]
+    slot = facts.map_slot(gpu)
+    expected = slot.nvlinks if slot is not None else None
+    found = f"{up}/{len(links)} up"
+    if expected is not None:
+        if up < expected:
+            which = f" (down: {','.join(map(str, down))})" if down else ""
+            what = (
+                f"{up} NVLink link(s) active, the node map says {expected}{which} -- "
+                "check the NVLink/NVSwitch cabling and nvidia-fabricmanager, then reset the GPU"
+            )
+            yield _observe(facts, gpu, what, found, _on_job(facts, gpu), str(expected))
+    elif 0 < up < len(links):
+        what = (
+            f"NVLink link(s) {','.join(map(str, down))} down, {up} of {len(links)} active -- "
+            "GPU-to-GPU traffic is slower; reset the GPU or service the board"
+        )
+        yield _observe(facts, gpu, what, found, Severity.WARNING)
+
+
+@check("nvlink-fabric", Severity.ERROR, stage=Stage.HEALTH)
+def nvlink_fabric(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    """NVSwitch systems: CUDA cannot start on a GPU the fabric manager has not registered."""
+    state, status = gpu.fabric_state, gpu.fabric_status
+    if gpu.lost or state is None or (state == "completed" and not status):
+        return
+    if state == "completed":
+        what = f"NVSwitch fabric registration failed (NVML status {status})"
+        found = f"fabric failed:{status}"
+    else:
+        what = f"NVSwitch fabric registration {state.replace('_', ' ')}"
+        found = f"fabric {state}"
+    what += " -- CUDA jobs fail to start: check nvidia-fabricmanager and its log"
+    yield _observe(facts, gpu, what, found, _on_job(facts, gpu))
+
+
+@check("clocks-throttled", Severity.ERROR, stage=Stage.HEALTH)
+def clocks_throttled(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    """Hardware slowdown, thermal or power-brake at job start (the GPU is idle): a cooling,
+    power-supply or board fault. Software thermal slowdown alone is a warning."""
+    mask = gpu.clock_event_reasons
+    if gpu.lost or not mask:
+        return
+    hw = [name for bit, name in _HW_SLOWDOWN.items() if mask & bit]
+    if hw:
+        what = (
+            f"clocks held down by {', '.join(hw)} while idle -- check cooling, power supply "
+            "and power-brake cabling (nvidia-smi -q -d PERFORMANCE)"
+        )
+        yield _observe(facts, gpu, what, ",".join(hw), _on_job(facts, gpu))
+    elif mask & _SW_THERMAL:
+        what = "clocks held down by sw_thermal while idle -- check the cooling"
+        yield _observe(facts, gpu, what, "sw_thermal", Severity.WARNING)
+
+
+@check("gpu-hot", Severity.WARNING, stage=Stage.HEALTH)
+def gpu_hot(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    temp, slowdown = gpu.temperature, gpu.temperature_slowdown
+    if gpu.lost or temp is None or slowdown is None or temp < slowdown - HOT_MARGIN_C:
+        return
+    what = f"{temp} C before the job starts, slowdown at {slowdown} C -- check the cooling"
+    yield _observe(facts, gpu, what, f"{temp} C")
+
+
+@check("gpu-busy", Severity.ERROR, stage=Stage.HEALTH)
+def gpu_busy(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    """Compute processes on a GPU this job was given, before it starts: another job's leftover
+    (or a process outside Slurm). Other jobs' GPUs are theirs to use: not looked at. Inside the
+    job (preflight) the job's own earlier steps may be there: a warning only."""
+    if gpu.lost or not gpu.processes or facts.job_has(gpu) is not True:
+        return
+    procs = ", ".join(f"pid {p.pid} ({p.name or '?'})" for p in gpu.processes)
+    what = f"{len(gpu.processes)} compute process(es) already running: {procs}"
+    severity = None if facts.context is Context.PROLOG else Severity.WARNING
+    found = ",".join(str(p.pid) for p in gpu.processes)
+    yield _observe(facts, gpu, what, found, severity)
+
+
+@check("persistence-off", Severity.WARNING, stage=Stage.HEALTH)
+def persistence_off(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    if gpu.lost or gpu.persistence_mode is not False:
+        return
+    what = (
+        "persistence mode off -- every job pays the driver's start-up and the GPU state is "
+        "reset between jobs: enable nvidia-persistenced"
+    )
+    yield _observe(facts, gpu, what, "persistence off")
