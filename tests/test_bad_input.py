@@ -24,6 +24,7 @@ import pytest
 from trusted_tree import trusted_tmp_dir
 
 from clusterjob.cli import run as cli_run
+from clusterjob.site.loader import validate_site_file
 
 HERE = Path(__file__).parent
 SITES = HERE / "bad_inputs" / "sites"
@@ -322,11 +323,24 @@ def test_hostile_but_valid_values_are_written_literally(tmp_path: Path) -> None:
     assert not pwned.exists()
 
 
+def _refused(path: Path) -> bool:
+    """Whether the site loader, run here in process, finds an error (not only a warning)."""
+    site, issues = validate_site_file(path)
+    return site is None and any(not issue.warning for issue in issues)
+
+
 def test_count_of_bad_inputs_tried() -> None:
-    bad_configs = len(list(BAD_CONFIGS.glob("*.yaml"))) - 1  # one is only a warning
+    """The site configs are counted as the loader refuses them now, not as files on disk: a
+    loader that lets one through fails this (the exact messages are checked above)."""
+    refused = sorted(name for name in SITE_CASES if _refused(SITES / f"{name}.yaml"))
+    assert refused == sorted(SITE_CASES)
+    corpus = sorted(BAD_CONFIGS.glob("*.yaml"))
+    only_warned = [p.name for p in corpus if not _refused(p)]
+    assert only_warned == ["gres_substring_warning.yaml"]
+    bad_configs = len(corpus) - len(only_warned)
     generated = 1 + 4  # the 17 MiB file; directory, FIFO, symlink loop, missing path
     total = {
-        "site configs (bad_inputs)": len(SITE_CASES),
+        "site configs (bad_inputs)": len(refused),
         "site templates": len(TEMPLATE_CASES),
         "site configs generated at test time": generated,
         "site configs (bad_configs, via the CLI)": bad_configs,

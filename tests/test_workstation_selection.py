@@ -306,11 +306,12 @@ def test_ticket_queue_order_and_dead_tickets(tmp_path):
 
     lock_dir = claims.ensure_shared_dir(tmp_path / "locks")
     qdir = queue.queue_dir(lock_dir)
-    dead = qdir / f"{1:012d}{queue.TICKET_SUFFIX}"
+    dead = qdir / f"{5:012d}{queue.TICKET_SUFFIX}"
     dead.write_text("{}")  # a waiter killed with SIGKILL leaves this, unlocked
     first = queue.take_ticket(qdir, "python a.py")
     second = queue.take_ticket(qdir, "python b.py")
-    assert (first.number, second.number) == (2, 3)
+    # after the highest ticket, dead or not (numbered by count they would be 2 and 3)
+    assert (first.number, second.number) == (6, 7)
     assert first.waiters_ahead() == [] and not dead.exists()
     [ahead] = second.waiters_ahead()
     assert ahead is not None and ahead.command == "python a.py"
