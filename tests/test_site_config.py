@@ -104,7 +104,8 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "many_errors.yaml": [
         "5: models.A100.memory_gb: expected an integer >= 1, got -1",
-        "7: partitions.gpu.colour: unknown key; valid keys: default, defaults, nodes, time_limit",
+        "7: partitions.gpu.colour: unknown key; valid keys: default, defaults, job, nodes, "
+        "time_limit",
         "7: partitions.gpu.nodes: not in node_map: n[3-4]",
         "10: node_map[0].gpus[0].model: unknown model 'V100'; defined models: A100",
         "11: prolog.on_error: expected one of drain, pass, got 'ignore'",

@@ -239,6 +239,8 @@ def show(
         ("script", info["script_path"]),
         ("sbatch command", info["sbatch_command"]),
     ]
+    if info["python"]:
+        rows.append(("python", f"{info['python']} ({info['python_why']})"))
     if info["resubmit_of"]:
         rows.append(("resubmit of", info["resubmit_of"]))
     print("\n".join(f"{k + ':':<16}{v}" for k, v in rows))

@@ -8,6 +8,7 @@ clusterjob's options may stand before or after SCRIPT (``clusterjob submit train
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -69,6 +70,22 @@ def submit(
         typer.Option("--sbatch-arg", help="Extra sbatch option, e.g. --sbatch-arg=--exclusive."),
     ] = None,
     tasks_per_node: Annotated[int, typer.Option("--tasks-per-node")] = 1,
+    python: Annotated[
+        str | None,
+        typer.Option(
+            "--python",
+            help="Interpreter the job runs (default: python3 on your PATH now).",
+            show_default=False,
+        ),
+    ] = None,
+    venv: Annotated[
+        str | None,
+        typer.Option("--venv", help="Run in this virtual environment (DIR/bin/python)."),
+    ] = None,
+    conda: Annotated[
+        str | None,
+        typer.Option("--conda", help="Activate this conda env in the job (name or prefix)."),
+    ] = None,
     site: SiteOption = None,
     dry_run: Annotated[
         bool,
@@ -103,6 +120,7 @@ def submit(
     parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id only.")] = False,
 ) -> None:
     """Submit SCRIPT with GPUs of one model, in this site's own sbatch syntax."""
+    from clusterjob.jobscript.interpreter import find_submit_python
     from clusterjob.jobscript.render import render
     from clusterjob.jobscript.request import (
         JobRequest,
@@ -156,7 +174,13 @@ def submit(
         sbatch_args=tuple(sbatch_arg or ()),
         tasks_per_node=tasks_per_node,
         task_args=task_args,
+        python=python,
+        venv=venv,
+        conda=conda,
     )
+    if python is None and venv is None and conda is None:
+        found = find_submit_python(os.environ)
+        request = replace(request, submit_python=found.python, active_env=found.active_env)
     if dependency and "last" in dependency:
         from clusterjob.jobs.submit import expand_dependency
 

@@ -268,6 +268,9 @@ def recorded_request(record: JobRecord) -> JobRequest:
         data["args"] = tuple(data.get("args") or ())
         data["sbatch_args"] = tuple(data.get("sbatch_args") or ())
         data["task_args"] = tuple(tuple(t) for t in data.get("task_args") or ())
+        for name in ("setup", "modules", "env"):
+            if name in data:
+                data[name] = tuple(data[name] or ())
         return JobRequest(**data)
     except (ValueError, TypeError) as exc:
         raise UsageError(
@@ -404,7 +407,20 @@ def provenance(job: str, *, registry: Registry | None = None) -> dict[str, objec
         ),
         "resubmit_of": record.resubmit_of,
         "state": record.state,
+        **_interpreter_of(record),
     }
+
+
+def _interpreter_of(record: JobRecord) -> dict[str, object]:
+    """The interpreter the job ran with and why, as recorded (None for older records)."""
+    try:
+        data = json.loads(record.request or "{}")
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    python = data.get("python") or (f"conda env {data['conda']}" if data.get("conda") else None)
+    return {"python": python, "python_why": data.get("python_why")}
 
 
 def _tracked(registry: Registry, job: str) -> JobRecord:

@@ -21,7 +21,8 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
 from clusterjob import resources
-from clusterjob.errors import ClusterjobError, ConfigError, ConfigIssue
+from clusterjob.errors import ClusterjobError, ConfigError, ConfigIssue, printable
+from clusterjob.jobscript.interpreter import Interpreter
 from clusterjob.jobscript.request import ResolvedJob
 from clusterjob.jobscript.shell import (
     check_no_nul,
@@ -86,7 +87,14 @@ def template_environment(site: Site) -> SandboxedEnvironment:
     env.filters["q"] = shell_quote
     env.filters["sbatch"] = sbatch_value
     env.filters["sbatch_option"] = sbatch_option
+    env.filters["comment"] = comment_text
     return env
+
+
+def comment_text(value: object) -> str:
+    """``value`` for a ``#`` comment line of the script: control characters (a newline that
+    would end the comment) escaped."""
+    return printable(str(value)).replace("\n", "\\n").replace("\t", "\\t")
 
 
 class TemplateRecord:
@@ -184,16 +192,27 @@ def render(
     """Render the job script for ``resolved`` at ``site``.
 
     ``script_path`` is where the caller will write the script (it only appears in the sbatch
-    command); ``python`` runs the user's script (default: this interpreter); ``node_command``
+    command); ``python`` overrides the interpreter ``resolve`` chose (when nothing chose one:
+    this interpreter); ``node_command``
     runs clusterjob on the nodes (default: ``default_node_command(site)``).
     """
     env = template_environment(site)
+    chosen = resolved.interpreter or Interpreter(
+        None, "clusterjob's own interpreter (nothing chose one)"
+    )
     context = {  # plain values only: see TemplateRecord
         "job": template_value(resolved),
         "request": template_value(resolved.request),
         "site": template_value(site),
         "token": str(resolved.token),
-        "python": str(python or sys.executable),
+        "python": str(python or chosen.python or ("" if chosen.conda else sys.executable)),
+        "interpreter": {
+            "why": "given to render" if python else chosen.why,
+            "venv": chosen.venv,
+            "conda": chosen.conda,
+            "conda_exe": chosen.conda_exe,
+            "bin_dir": None if python else chosen.bin_dir,
+        },
         "node_command": [str(a) for a in (node_command or default_node_command(site))],
         "site_file": str(Path(site.source).resolve()),
     }

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import secrets
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import hostlist
 
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
+from clusterjob.jobscript import interpreter as interpreters
+from clusterjob.jobscript.interpreter import Interpreter, SubmitPython
 from clusterjob.jobscript.shell import check_directive_value, check_no_nul
 from clusterjob.site.model import GpuModel, Partition, Site
 from clusterjob.slurm.syntax import MEMORY_SIZE, array_task_ids, time_seconds
@@ -64,6 +67,14 @@ class JobRequest:
     token: str = field(default_factory=new_token)
     # --sweep / --params: array task i gets task_args[i] appended to args (one array job)
     task_args: tuple[tuple[str, ...], ...] = ()
+    # The job's interpreter (clusterjob.jobscript.interpreter). --python / --venv / --conda as
+    # given; once resolved, the choice made and why (the registry keeps it: resubmit reuses it).
+    python: str | None = None
+    venv: str | None = None
+    conda: str | None = None
+    python_why: str | None = None
+    submit_python: str | None = None  # python3 on the submitting PATH, absolute
+    active_env: str | None = None  # the venv or conda env active at submit ($VIRTUAL_ENV...)
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,7 @@ class ResolvedJob:
     eligible_nodes: tuple[str, ...]  # nodes of the partition with enough GPUs of the model
     token: str
     notes: tuple[str, ...] = ()  # what resolve changed in the request, one line each
+    interpreter: Interpreter | None = None  # None: nothing chose one (render falls back)
 
 
 # --- node map queries -------------------------------------------------------------------
@@ -440,8 +452,44 @@ def _array_and_signal(request: JobRequest) -> tuple[JobRequest, tuple[str, ...]]
     return replace(request, array=array, signal=signal), tuple(notes)
 
 
-def resolve(site: Site, request: JobRequest) -> ResolvedJob:
-    """Make ``request`` concrete for ``site``, or say in one line why it cannot be."""
+def _interpreter(
+    site: Site, partition: Partition, request: JobRequest, environ: Mapping[str, str]
+) -> Interpreter | None:
+    """The interpreter recorded at submit (resubmit), else the one chosen now."""
+    if request.python_why is not None and (request.python or request.conda):
+        prefix = "recorded at submit: "
+        why = request.python_why
+        why = why if why.startswith(prefix) else prefix + why
+        if request.conda is not None:
+            exe = interpreters.find_conda(environ)
+            return Interpreter(None, why, conda=request.conda, conda_exe=exe)
+        assert request.python is not None
+        python = interpreters.check_python(request.python, "the recorded interpreter")
+        return Interpreter(python, why, venv=request.venv, bin_dir=str(Path(python).parent))
+    submitted = None
+    if request.submit_python is not None or request.active_env is not None:
+        submitted = SubmitPython(request.submit_python, request.active_env)
+    return interpreters.choose(
+        python=request.python,
+        venv=request.venv,
+        conda=request.conda,
+        submitted=submitted,
+        site_job=site.job,
+        partition_job=partition.job,
+        site_file=site.source.name,
+        partition=partition.name,
+        environ=environ,
+    )
+
+
+def resolve(
+    site: Site, request: JobRequest, *, environ: Mapping[str, str] | None = None
+) -> ResolvedJob:
+    """Make ``request`` concrete for ``site``, or say in one line why it cannot be.
+
+    Besides the site, only the file system is read: that a chosen interpreter exists and is
+    executable, and (``--conda``) where conda is, from ``environ`` (default ``os.environ``).
+    """
     _check_text_fields(request)
     request, notes = _array_and_signal(request)
     model = _find_model(site, request)
@@ -458,6 +506,15 @@ def resolve(site: Site, request: JobRequest) -> ResolvedJob:
                 f"{partition.time_limit} at site {site.name}"
             )
     gres, constraint = gres_request(site, model, request.gpus, request.nodes, request.constraint)
+    interpreter = _interpreter(site, partition, request, os.environ if environ is None else environ)
+    if interpreter is not None:
+        request = replace(
+            request,
+            python=interpreter.python,
+            venv=interpreter.venv,
+            conda=interpreter.conda,
+            python_why=interpreter.why,
+        )
     defaults = partition.defaults
     job_name = request.job_name or Path(request.script).stem or "clusterjob"
     return ResolvedJob(
@@ -483,4 +540,5 @@ def resolve(site: Site, request: JobRequest) -> ResolvedJob:
         eligible_nodes=tuple(eligible),
         token=request.token,
         notes=notes,
+        interpreter=interpreter,
     )

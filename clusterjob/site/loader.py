@@ -23,6 +23,7 @@ from clusterjob.pci import normalise_bus_id
 from clusterjob.site.gpu_syntax import GpuRequestSyntax, syntax_named, syntax_names
 from clusterjob.site.model import (
     GpuModel,
+    JobEnvironment,
     NodeGpu,
     NodeMap,
     OnError,
@@ -60,6 +61,7 @@ _TOP_KEYS = {
     "node_map": True,
     "prolog": False,
     "templates": False,
+    "job": False,
 }
 _GPU_REQUEST_KEYS = {"syntax": True, "type_required": False}
 _MODEL_KEYS = {
@@ -69,7 +71,14 @@ _MODEL_KEYS = {
     "memory_gb": False,
     "constraint": False,
 }
-_PARTITION_KEYS = {"nodes": True, "time_limit": False, "default": False, "defaults": False}
+_PARTITION_KEYS = {
+    "nodes": True,
+    "time_limit": False,
+    "default": False,
+    "defaults": False,
+    "job": False,
+}
+_JOB_KEYS = {"python": False, "venv": False, "conda": False, "setup": False}
 _DEFAULTS_KEYS = {"account": False, "qos": False, "cpus_per_gpu": False, "mem_per_gpu": False}
 _NODE_ENTRY_KEYS = {"nodes": True, "gpus": True}
 _MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS of current drivers (18 on Hopper boards)
@@ -276,9 +285,10 @@ def _read_partitions(v: Validator, node: Node) -> list[_ReadPartition]:
             time_limit = INVALID
         default = read_key(fields, "default", v.boolean, path)
         defaults = _read_defaults(v, fields.get("defaults"), join_path(path, "defaults"))
+        job = _read_job(v, fields.get("job"), join_path(path, "job"))
         if hosts is None or time_limit is INVALID or default is INVALID:
             continue
-        if isinstance(defaults, Invalid):
+        if isinstance(defaults, Invalid) or isinstance(job, Invalid):
             continue
         text, names = hosts
         out.append(
@@ -290,6 +300,7 @@ def _read_partitions(v: Validator, node: Node) -> list[_ReadPartition]:
                     time_limit=time_limit,
                     default=bool(default),
                     defaults=defaults,
+                    job=job,
                 ),
                 nodes_line=key_line(fields, "nodes") or line_of(entry.key),
                 default_line=key_line(fields, "default") or line_of(entry.key),
@@ -318,6 +329,53 @@ def _read_defaults(v: Validator, entry: Entry | None, path: str) -> PartitionDef
     if account is INVALID or qos is INVALID or cpus is INVALID or mem is INVALID:
         return INVALID
     return PartitionDefaults(account=account, qos=qos, cpus_per_gpu=cpus, mem_per_gpu=mem)
+
+
+def _read_job(v: Validator, entry: Entry | None, path: str) -> JobEnvironment | Invalid:
+    """``job:`` (top level or a partition's): the interpreter jobs get when the user names
+    none and has no env active at submit, and setup lines run before the program."""
+    if entry is None:
+        return JobEnvironment()
+    fields = v.mapping(entry.value, path, _JOB_KEYS)
+    if fields is None:
+        return INVALID
+    failed = False
+    values: dict[str, str | None] = {}
+    for key in ("python", "venv", "conda"):
+        value = read_key(fields, key, v.string, path)
+        if value is INVALID:
+            failed = True
+            continue
+        if key != "conda" and isinstance(value, str) and not value.startswith("/"):
+            v.error(key_line(fields, key), join_path(path, key), f"not an absolute path: {value!r}")
+            failed = True
+        values[key] = value
+    chosen = [k for k in ("python", "venv", "conda") if values.get(k) is not None]
+    if len(chosen) > 1:
+        v.error(
+            key_line(fields, chosen[1]),
+            join_path(path, chosen[1]),
+            f"give one of python, venv, conda (this entry also has {chosen[0]})",
+        )
+        failed = True
+    setup: list[str] = []
+    if "setup" in fields:
+        lines = v.string_list(fields["setup"].value, join_path(path, "setup"))
+        if lines is None:
+            failed = True
+        for i, (line, node) in enumerate(lines or []):
+            if "\n" in line or "\r" in line:
+                v.error(line_of(node), f"{path}.setup[{i}]", "one shell line per item")
+                failed = True
+            setup.append(line)
+    if failed:
+        return INVALID
+    return JobEnvironment(
+        python=values.get("python"),
+        venv=values.get("venv"),
+        conda=values.get("conda"),
+        setup=tuple(setup),
+    )
 
 
 # -- node map -------------------------------------------------------------------------------
@@ -583,6 +641,7 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
             partitions.append(partition)
 
     prolog = _read_prolog(v, top.get("prolog"))
+    job = _read_job(v, top.get("job"), "job")
     templates = read_key(top, "templates", v.string, "")
     templates_dir: Path | None = None
     if isinstance(templates, str):
@@ -594,6 +653,8 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         return None
     if cluster_name is INVALID or node_command is INVALID or prolog is INVALID:
         return None  # each has recorded an error: not reached
+    if isinstance(job, Invalid):
+        return None
     return Site(
         name=name,
         cluster_name=cluster_name,
@@ -606,6 +667,7 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         prolog=prolog,
         templates_dir=templates_dir,
         node_command=node_command,
+        job=job,
     )
 
 

@@ -47,6 +47,22 @@ class PartitionDefaults:
 
 
 @dataclass(frozen=True)
+class JobEnvironment:
+    """How this site's (or one partition's) jobs get their software: the interpreter when
+    the user names none and no venv or conda env is active at submit, and shell lines run
+    before the program (``module load cuda``). At most one of python, venv, conda."""
+
+    python: str | None = None  # an absolute interpreter path
+    venv: str | None = None  # a virtual environment's directory (its bin/python)
+    conda: str | None = None  # a conda env name or prefix, activated with conda's shell hook
+    setup: tuple[str, ...] = ()  # verbatim shell lines
+
+    @property
+    def chooses_interpreter(self) -> bool:
+        return any(v is not None for v in (self.python, self.venv, self.conda))
+
+
+@dataclass(frozen=True)
 class Partition:
     name: str
     nodes: str  # the hostlist as written, e.g. "gpu-a[01-16]"
@@ -54,6 +70,7 @@ class Partition:
     time_limit: str | None = None  # Slurm time string, e.g. "2-00:00:00"
     default: bool = False
     defaults: PartitionDefaults = field(default_factory=PartitionDefaults)
+    job: JobEnvironment = field(default_factory=JobEnvironment)
 
 
 @dataclass(frozen=True)
@@ -103,6 +120,7 @@ class Site:
     node_command: str | None = (
         None  # how job scripts call clusterjob on a node (path to the command)
     )
+    job: JobEnvironment = field(default_factory=JobEnvironment)  # partitions may override
 
     def model(self, name: str) -> GpuModel | None:
         """The model called ``name`` or one of its aliases, case-insensitively."""

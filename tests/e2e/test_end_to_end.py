@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -150,7 +151,11 @@ def test_two_nodes_torchrun_rendezvous(cj: Cli, sandbox: Sandbox) -> None:
     """4. --nodes 2 --gpus 2: srun + torchrun, one worker per GPU, rendezvous on node one."""
     # torchrun comes from torch (CPU build), which scripts/test.sh installs: no skip here.
     assert importlib.util.find_spec("torch") is not None, "install torch: bash scripts/test.sh"
-    job = submit(cj, sandbox, TRAIN, "--gpus", "2", "--model", "A100", "--nodes", "2")
+    # The job runs the user's interpreter; here the env with torch is the one running the tests.
+    job = submit(
+        cj, sandbox, TRAIN, "--gpus", "2", "--model", "A100", "--nodes", "2",
+        "--python", sys.executable,
+    )  # fmt: skip
     row = wait_status(cj, job, finished, timeout=180)
     out = logs(cj, job)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)

@@ -19,6 +19,7 @@ export CLUSTERJOB_TOKEN=0123456789abcdef
 export CLUSTERJOB_EXPECT_MODEL=A100-80GB
 export CLUSTERJOB_EXPECT_COUNT=4
 export CLUSTERJOB_SITE=<repo>/site_configs/hpccentre.yaml
+# Python: /usr/bin/python3 (given to render)
 python=/usr/bin/python3
 
 # Preflight: check this job's GPUs against the site's node map before training starts.

@@ -18,6 +18,7 @@ export CLUSTERJOB_TOKEN=0123456789abcdef
 export CLUSTERJOB_EXPECT_MODEL=A100
 export CLUSTERJOB_EXPECT_COUNT=2
 export CLUSTERJOB_SITE=<repo>/site_configs/mllab.yaml
+# Python: /usr/bin/python3 (given to render)
 python=/usr/bin/python3
 
 # Preflight: check this job's GPUs against the site's node map before training starts.

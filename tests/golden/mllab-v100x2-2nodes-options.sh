@@ -31,6 +31,7 @@ export CLUSTERJOB_TOKEN=0123456789abcdef
 export CLUSTERJOB_EXPECT_MODEL=V100
 export CLUSTERJOB_EXPECT_COUNT=2
 export CLUSTERJOB_SITE=<repo>/site_configs/mllab.yaml
+# Python: /usr/bin/python3 (given to render)
 python=/usr/bin/python3
 # --requeue: every attempt appends to the same log (--open-mode=append); this line parts them.
 echo "=== clusterjob: attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of job $SLURM_JOB_ID on $(hostname) at $(date '+%F %T') ==="

@@ -1,0 +1,96 @@
+"""End to end on the real local Slurm cluster: the user's own job, as the user runs it.
+
+clusterjob runs from its own venv (this test process's interpreter); the user's packages live
+in another venv made here, holding a small package clusterjob's venv lacks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import Cli, Sandbox
+from .test_end_to_end import finished, logs, submit, wait_status
+
+pytestmark = pytest.mark.slurm
+
+USER_PACKAGE = "cj_userpkg_probe"
+
+
+@pytest.fixture
+def user_venv(tmp_path: Path) -> Path:
+    """A venv outside clusterjob's, with a package only it has (no network: written here)."""
+    venv = tmp_path / "userenv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", ask],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    package = Path(purelib) / USER_PACKAGE
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("GREETING = 'hello from the user venv'\n")
+    return venv
+
+
+def _probe(tmp_path: Path) -> str:
+    script = tmp_path / "probe.py"
+    script.write_text(
+        f"import sys\nimport {USER_PACKAGE}\n"
+        f"print('probe:', {USER_PACKAGE}.GREETING, 'via', sys.executable)\n"
+    )
+    return str(script)
+
+
+def test_the_users_venv_runs_the_job_by_default_and_by_option(
+    cj: Cli, sandbox: Sandbox, tmp_path: Path, user_venv: Path
+) -> None:
+    """Default (the venv active at submit), --python and --venv: each job imports the
+    package clusterjob's own venv lacks."""
+    assert importlib.util.find_spec(USER_PACKAGE) is None  # clusterjob's venv lacks it
+    probe = _probe(tmp_path)
+    python = str(user_venv / "bin" / "python")
+    active = {"PATH": f"{user_venv / 'bin'}:{os.environ['PATH']}", "VIRTUAL_ENV": str(user_venv)}
+    gpu = ("--gpus", "1", "--model", "A100")
+    site = ("--site", str(sandbox.site_path))
+    jobs = {
+        "default": cj("submit", *site, *gpu, probe, extra_env=active),
+        "--python": cj("submit", *site, *gpu, "--python", python, probe),
+        "--venv": cj("submit", *site, *gpu, "--venv", str(user_venv), probe),
+    }
+    ids = {}
+    for how, proc in jobs.items():
+        assert proc.returncode == 0, (how, proc.stderr)
+        ids[how] = proc.stdout.split("Submitted job ")[1].split()[0]
+    for how, job in ids.items():
+        row = wait_status(cj, job, finished)
+        out = logs(cj, job)
+        assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (how, row, out)
+        assert f"probe: hello from the user venv via {user_venv}/bin/python" in out, (how, out)
+    # What was chosen, and why, is what the registry recorded.
+    show = cj("show", ids["default"], "--json")
+    assert show.returncode == 0, show.stderr
+    info = json.loads(show.stdout)
+    assert info["python"] == f"{user_venv}/bin/python3", info
+    assert info["python_why"] == f"python3 on the submitting PATH, env {user_venv} active", info
+
+
+def test_a_missing_interpreter_is_refused_before_sbatch(
+    cj: Cli, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    proc = cj(
+        "submit", "--site", str(sandbox.site_path), "--gpus", "1", "--model", "A100",
+        "--python", str(tmp_path / "no-python"), _probe(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr == f"clusterjob: error: --python {tmp_path / 'no-python'}: no such file\n"
+    assert not (tmp_path / "data").exists() or "Submitted" not in proc.stdout
+
+
+_ = submit  # shared helper, used by later tests of this file

@@ -1,0 +1,306 @@
+"""The user's environment in the job: which interpreter, why, and the site's `job:` entries.
+
+Real files in temp dirs: stand-in interpreters are small executables, a stand-in conda prints
+a shell hook as conda does; rendered scripts run under bash with a stand-in preflight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from clusterjob import resources
+from clusterjob.cli import run
+from clusterjob.errors import ConfigError, UsageError
+from clusterjob.jobs.registry import JobRecord
+from clusterjob.jobs.submit import recorded_request
+from clusterjob.jobscript.interpreter import SubmitPython, choose, find_submit_python
+from clusterjob.jobscript.render import render
+from clusterjob.jobscript.request import JobRequest, resolve
+from clusterjob.site.loader import load_site, validate_site_file
+from clusterjob.site.model import JobEnvironment
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN = str(REPO / "examples" / "train.py")
+MLLAB = resources.site_configs_dir() / "mllab.yaml"
+
+
+def _exe(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def _fake_python(path: Path) -> Path:
+    """An 'interpreter' that says which one it is and with what arguments."""
+    return _exe(path, '#!/bin/sh\necho "ran $0 $*"\necho "PATH=$PATH"\n')
+
+
+def _site_with_job(tmp_path: Path, top: str, partition: str = "") -> Path:
+    """mllab with a top-level ``job:`` entry (and one for partition gpu)."""
+    text = MLLAB.read_text()
+    if partition:
+        text = text.replace("    default: true\n", f"    default: true\n    job: {partition}\n", 1)
+    path = tmp_path / "site.yaml"
+    path.write_text(text + (f"job: {top}\n" if top else ""))
+    return path
+
+
+# -- the submitting shell's python ----------------------------------------------------------
+
+
+def test_python3_on_path_is_found_as_an_absolute_path(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)  # a venv's bin/python is such a link
+    found = find_submit_python({"PATH": f"{bin_dir}:/usr/bin", "VIRTUAL_ENV": str(tmp_path)})
+    assert found == SubmitPython(str(bin_dir / "python3"), str(tmp_path))
+
+
+def test_a_shim_is_resolved_to_the_interpreter_it_runs(tmp_path: Path) -> None:
+    """pyenv and asdf put shell scripts named python3 on PATH; the job gets the real one."""
+    _exe(tmp_path / "shims" / "python3", f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    found = find_submit_python({"PATH": str(tmp_path / "shims")})
+    assert found.python == sys.executable and found.active_env is None
+
+
+def test_python_is_the_fallback_and_none_is_none(tmp_path: Path) -> None:
+    (tmp_path / "python").symlink_to(sys.executable)
+    assert find_submit_python({"PATH": str(tmp_path)}).python == str(tmp_path / "python")
+    assert find_submit_python({"PATH": str(tmp_path / "empty")}).python is None
+
+
+# -- the choice and its reason ----------------------------------------------------------------
+
+
+def _choose(**kw: object) -> object:
+    args: dict[str, object] = dict(
+        python=None, venv=None, conda=None, submitted=None, site_job=JobEnvironment(),
+        partition_job=JobEnvironment(), site_file="site.yaml", partition="gpu", environ={},
+    )  # fmt: skip
+    args.update(kw)
+    return choose(**args)  # type: ignore[arg-type]
+
+
+def test_order_of_choice(tmp_path: Path) -> None:
+    user = _fake_python(tmp_path / "user" / "bin" / "python3")
+    site_py = _fake_python(tmp_path / "site" / "bin" / "python3")
+    part_py = _fake_python(tmp_path / "part" / "bin" / "python3")
+    given = _fake_python(tmp_path / "given" / "python")
+    site_job = JobEnvironment(python=str(site_py))
+    part_job = JobEnvironment(python=str(part_py))
+    plain = SubmitPython(str(user))
+    active = SubmitPython(str(user), active_env=str(tmp_path / "user"))
+
+    got = _choose(python=str(given), submitted=active, site_job=site_job, partition_job=part_job)
+    assert (got.python, got.why) == (str(given), "--python")  # type: ignore[attr-defined]
+    got = _choose(submitted=active, site_job=site_job, partition_job=part_job)
+    assert got.python == str(user)  # type: ignore[attr-defined]
+    assert got.why == f"python3 on the submitting PATH, env {tmp_path / 'user'} active"  # type: ignore[attr-defined]
+    got = _choose(submitted=plain, site_job=site_job, partition_job=part_job)
+    assert (got.python, got.why) == (str(part_py), "site.yaml: partitions.gpu.job python")  # type: ignore[attr-defined]
+    got = _choose(submitted=plain, site_job=site_job)
+    assert (got.python, got.why) == (str(site_py), "site.yaml: job python")  # type: ignore[attr-defined]
+    got = _choose(submitted=plain)
+    assert (got.python, got.why) == (str(user), "python3 on the submitting PATH")  # type: ignore[attr-defined]
+    assert _choose() is None
+
+
+def test_venv_gives_its_bin_python_and_goes_first_on_path(tmp_path: Path) -> None:
+    _fake_python(tmp_path / "env" / "bin" / "python")
+    got = _choose(venv=str(tmp_path / "env"))
+    assert got.python == str(tmp_path / "env" / "bin" / "python")  # type: ignore[attr-defined]
+    assert got.venv == str(tmp_path / "env")  # type: ignore[attr-defined]
+    assert got.bin_dir == str(tmp_path / "env" / "bin")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"python": "/no/such/python"}, "--python /no/such/python: no such file"),
+        ({"python": "/"}, "--python /: is a directory, not an interpreter"),
+        ({"python": "{plain}"}, "--python {plain}: not executable"),
+        ({"venv": "/no/such/env"}, "--venv /no/such/env: no such directory"),
+        ({"venv": "{tmp}"}, "--venv {tmp}: no bin/python in it (not a virtual environment?)"),
+        ({"conda": "ml"}, "--conda: neither conda nor micromamba found"),
+        ({"python": "/usr/bin/python3", "conda": "ml"}, "--python and --conda exclude each other"),
+    ],
+)
+def test_bad_interpreter_choices_are_refused(
+    tmp_path: Path, kw: dict[str, str], message: str
+) -> None:
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a program")
+    fill = {"plain": str(plain), "tmp": str(tmp_path)}
+    kw = {k: v.format(**fill) for k, v in kw.items()}
+    with pytest.raises(UsageError, match="^" + __import__("re").escape(message.format(**fill))):
+        _choose(environ={"PATH": str(tmp_path / "nothing")}, **kw)
+
+
+# -- the site's job: entries ----------------------------------------------------------------
+
+
+def test_site_and_partition_job_entries_load(tmp_path: Path) -> None:
+    path = _site_with_job(
+        tmp_path, '{conda: ml, setup: ["module load cuda/12.4"]}', "{venv: /opt/envs/torch}"
+    )
+    site = load_site(path)
+    assert site.job == JobEnvironment(conda="ml", setup=("module load cuda/12.4",))
+    assert site.partition("gpu").job == JobEnvironment(venv="/opt/envs/torch")  # type: ignore[union-attr]
+    assert site.partition("debug").job == JobEnvironment()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("top", "partition", "message"),
+    [
+        ("{python: bin/python}", "", "job.python: not an absolute path: 'bin/python'"),
+        ("{python: /x/python, conda: ml}", "", "job.conda: give one of python, venv, conda"),
+        ("{setup: [1]}", "", "job.setup[0]: expected a string"),
+        ('{setup: ["a\\nb"]}', "", "job.setup[0]: one shell line per item"),
+        ("{shell: zsh}", "", "job.shell: unknown key; valid keys: conda, python, setup, venv"),
+        ("", "{venv: env}", "partitions.gpu.job.venv: not an absolute path: 'env'"),
+    ],
+)
+def test_bad_job_entries_name_file_line_and_key(
+    tmp_path: Path, top: str, partition: str, message: str
+) -> None:
+    path = _site_with_job(tmp_path, top, partition)
+    site, issues = validate_site_file(path)
+    assert site is None
+    errors = [str(i) for i in issues if not i.warning]
+    assert len(errors) == 1, errors
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "job: " in text)
+    assert errors[0].startswith(f"{path}:{line}: {message}"), errors
+    with pytest.raises(ConfigError):
+        load_site(path)
+
+
+# -- the rendered script ----------------------------------------------------------------------
+
+
+def _run_script(script: str, tmp_path: Path, env: dict[str, str] | None = None) -> str:
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    proc = subprocess.run(
+        ["bash", str(path)], capture_output=True, text=True, cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_script_names_the_interpreter_and_why_and_runs_it(tmp_path: Path) -> None:
+    site = load_site(MLLAB)
+    python = _fake_python(tmp_path / "env" / "bin" / "python")
+    job = resolve(site, JobRequest("train.py", model="a100", venv=str(tmp_path / "env")))
+    assert job.request.python == str(python) and job.request.python_why == "--venv"
+    script = render(site, job, node_command=["true"]).script
+    assert f"# Python: {python} (--venv)" in script.splitlines()
+    out = _run_script(script, tmp_path).splitlines()
+    assert out[0] == f"ran {python} train.py"
+    assert out[1].startswith(f"PATH={tmp_path / 'env' / 'bin'}:")
+
+
+def test_conda_env_is_activated_through_condas_own_hook(tmp_path: Path) -> None:
+    """A stand-in conda whose `shell.bash hook` defines `conda` as the real hook does."""
+    env_bin = tmp_path / "envs" / "ml" / "bin"
+    _fake_python(env_bin / "python")
+    conda = _exe(
+        tmp_path / "conda" / "bin" / "conda",
+        "#!/bin/sh\n"
+        '[ "$1 $2" = "shell.bash hook" ] || exit 9\n'
+        f'echo \'conda() {{ [ "$1" = activate ] && [ "$2" = ml ] && '
+        f"export PATH={env_bin}:$PATH CONDA_PREFIX={env_bin.parent}; }}'\n",
+    )
+    site = load_site(MLLAB)
+    job = resolve(
+        site, JobRequest("train.py", model="a100", conda="ml"), environ={"CONDA_EXE": str(conda)}
+    )
+    script = render(site, job, node_command=["true"]).script
+    assert "# Python: conda env ml (--conda), activated through conda's own shell hook." in script
+    out = _run_script(script, tmp_path).splitlines()
+    assert out[0] == f"ran {env_bin / 'python'} train.py"
+
+
+def test_a_missing_conda_env_fails_the_job_with_one_line(tmp_path: Path) -> None:
+    conda = _exe(
+        tmp_path / "conda",
+        "#!/bin/sh\necho 'conda() { echo \"EnvironmentNameNotFound: $2\" >&2; return 1; }'\n",
+    )
+    site = load_site(MLLAB)
+    job = resolve(
+        site, JobRequest("train.py", model="a100", conda="nope"), environ={"CONDA_EXE": str(conda)}
+    )
+    path = tmp_path / "job.sh"
+    path.write_text(render(site, job, node_command=["true"]).script)
+    proc = subprocess.run(["bash", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.splitlines()[-1] == f"clusterjob: cannot activate conda env nope with {conda}"
+    )
+
+
+def test_the_choice_is_recorded_and_reused_on_resubmit(tmp_path: Path) -> None:
+    site = load_site(MLLAB)
+    python = _fake_python(tmp_path / "bin" / "python3")
+    submitted = JobRequest("train.py", model="a100", submit_python=str(python))
+    job = resolve(site, submitted)
+    record = JobRecord(
+        job_id="1", cluster="c", site="mllab", token=job.token, job_name="train", script="",
+        script_path="", command_line="", work_dir=str(tmp_path), git_commit=None,
+        submitted_at=0.0,
+        request=json.dumps(asdict(job.request)),
+    )  # fmt: skip
+    again = resolve(site, recorded_request(record))
+    assert again.interpreter is not None
+    assert again.interpreter.python == str(python)
+    assert again.interpreter.why == "recorded at submit: python3 on the submitting PATH"
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def test_dry_run_shows_the_users_python_not_clusterjobs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = tmp_path / "userenv" / "bin"
+    user.mkdir(parents=True)
+    (user / "python3").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{user}:{os.environ['PATH']}")
+    monkeypatch.setenv("VIRTUAL_ENV", str(user.parent))
+    code = run(
+        ["submit", "--site", str(MLLAB), "--gpus", "1", "--model", "a100", "--dry-run", TRAIN]
+    )
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert (
+        f"# Python: {user / 'python3'} (python3 on the submitting PATH, env {user.parent} active)"
+        in lines
+    )
+    assert f"python={user / 'python3'}" in lines
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--python", "/no/such/python"], "--python /no/such/python: no such file"),
+        (["--venv", "/no/such/env"], "--venv /no/such/env: no such directory"),
+        (["--python", "/usr/bin/python3", "--venv", "/tmp"], "--python and --venv exclude"),
+    ],
+)
+def test_bad_interpreter_options_are_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], option: list[str], message: str
+) -> None:
+    code = run(["submit", "--site", str(MLLAB), "--gpus", "1", "--model", "a100", *option, TRAIN])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"clusterjob: error: {message}"), err
