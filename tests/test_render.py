@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,12 @@ from test_request import (
 from clusterjob.errors import ConfigError, UsageError
 from clusterjob.jobscript.render import RenderedJob, default_node_command, render
 from clusterjob.jobscript.request import JobRequest, resolve
-from clusterjob.jobscript.shell import sbatch_option, sbatch_value, shell_quote
+from clusterjob.jobscript.shell import (
+    check_directive_value,
+    sbatch_option,
+    sbatch_value,
+    shell_quote,
+)
 from clusterjob.site.model import Site
 
 BASH = shutil.which("bash") or "/bin/bash"
@@ -91,6 +97,8 @@ def test_shell_quote_list_is_one_word_per_item(items: list[str]) -> None:
         ("a\nb", "$'a\\nb'"),
         ("x'\\\n", "$'x\\'\\\\\\n'"),
         ("\x1b", "$'\\x1b'"),
+        ("tab\there", "$'tab\\there'"),  # the readable escapes, not \x09 and \x0d
+        ("a\rb", "$'a\\rb'"),
         (3, "3"),
     ],
 )
@@ -99,7 +107,7 @@ def test_shell_quote_forms(value: object, quoted: str) -> None:
 
 
 def test_shell_quote_refuses_nul_and_non_text() -> None:
-    with pytest.raises(UsageError, match="NUL"):
+    with pytest.raises(UsageError, match=r"^NUL character is not allowed: 'a\\x00b'$"):
         shell_quote("a\x00b")
     with pytest.raises(TypeError):
         shell_quote(None)
@@ -169,6 +177,28 @@ def test_sbatch_value_forms(value: str, written: str) -> None:
 def test_sbatch_value_refuses_line_breaks_and_nul(bad: str) -> None:
     with pytest.raises(UsageError, match="job name"):
         sbatch_value(bad, "the job name")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: check_directive_value("a\nb"), "line break is not allowed: 'a\\nb'"),
+        (lambda: sbatch_value("a\rb"), "line break is not allowed: 'a\\rb'"),
+        (
+            lambda: sbatch_option("--x=a\nb"),
+            "line break in --x=a\nb is not allowed: '--x=a\\nb'",
+        ),
+        (
+            lambda: sbatch_option("--x=a\nb", "--sbatch-arg"),
+            "line break in --sbatch-arg is not allowed: '--x=a\\nb'",
+        ),
+    ],
+)
+def test_directive_line_break_messages(call: Callable[[], object], message: str) -> None:
+    """The whole message: where the value came from (when told), the value, and why."""
+    with pytest.raises(UsageError) as info:
+        call()
+    assert str(info.value) == f"{message} (an #SBATCH directive must fit on one line)"
 
 
 def test_sbatch_option() -> None:
