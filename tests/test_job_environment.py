@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from clusterjob.errors import ConfigError, UsageError
 from clusterjob.jobs.registry import JobRecord
 from clusterjob.jobs.submit import recorded_request
 from clusterjob.jobscript.interpreter import SubmitPython, choose, find_submit_python
+from clusterjob.jobscript.program import Program, classify
 from clusterjob.jobscript.render import render
 from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.loader import load_site, validate_site_file
@@ -304,3 +306,109 @@ def test_bad_interpreter_options_are_one_line_exit_2(
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith(f"clusterjob: error: {message}"), err
+
+
+# -- any command ------------------------------------------------------------------------------
+
+
+def test_a_py_script_runs_with_the_jobs_python(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    assert classify("train.py", tmp_path) == Program("train.py", command=False)
+    with pytest.raises(UsageError, match="^script not found: 'other.py'$"):
+        classify("other.py", tmp_path)
+
+
+def test_commands_and_executables_run_as_given(tmp_path: Path) -> None:
+    _exe(tmp_path / "run.sh", "#!/bin/bash\necho hi\n")
+    _exe(tmp_path / "bin" / "tool", "#!/bin/sh\n")
+    assert classify("bash", tmp_path) == Program("bash", command=True)
+    assert classify("accelerate", tmp_path) == Program("accelerate", command=True)
+    assert classify("run.sh", tmp_path) == Program("./run.sh", command=True)  # not PATH's
+    assert classify("bin/tool", tmp_path) == Program("bin/tool", command=True)
+    assert classify(str(tmp_path / "run.sh"), tmp_path).command
+
+
+def test_a_non_executable_python_script_runs_with_the_jobs_python(tmp_path: Path) -> None:
+    (tmp_path / "train").write_text("#!/usr/bin/env python3\nprint(1)\n")
+    assert classify("train", tmp_path) == Program("train", command=False)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "#!/bin/bash\necho hi\n",
+            "run.sh is not executable and its #! line names bash: chmod +x run.sh, or submit "
+            "it as: -- bash run.sh",
+        ),
+        (
+            "#!/usr/bin/env -S zsh -f\n",
+            "run.sh is not executable and its #! line names zsh: chmod +x run.sh, or submit "
+            "it as: -- zsh run.sh",
+        ),
+        (
+            "echo hi\n",
+            "run.sh is not executable and has no #! line: chmod +x it, or name its "
+            "interpreter: -- bash run.sh",
+        ),
+    ],
+)
+def test_a_non_executable_non_python_script_is_refused_with_a_hint(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    (tmp_path / "run.sh").write_text(text)
+    with pytest.raises(UsageError) as err:
+        classify("run.sh", tmp_path)
+    assert str(err.value) == message
+    with pytest.raises(UsageError, match="is a directory"):
+        classify(str(tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("words", "runs_python", "argv"),
+    [
+        (("train.py", "--lr", "1"), True, ("train.py", "--lr", "1")),
+        (("python", "-m", "pkg", "$HOME"), True, ("-m", "pkg", "$HOME")),
+        (("python3", "-c", "print(1)"), True, ("-c", "print(1)")),
+        (("bash", "run.sh", "a b"), False, ("bash", "run.sh", "a b")),
+        (("accelerate", "launch", "t.py"), False, ("accelerate", "launch", "t.py")),
+    ],
+)
+def test_the_program_line_of_the_script(
+    words: tuple[str, ...], runs_python: bool, argv: tuple[str, ...]
+) -> None:
+    site = load_site(MLLAB)
+    request = JobRequest(
+        words[0], args=words[1:], model="a100", command=not words[0].endswith(".py"),
+        python="/bin/sh",
+    )  # fmt: skip
+    job = resolve(site, request)
+    assert (job.runs_python, job.argv) == (runs_python, argv)
+    script = render(site, job).script
+    last = script.rstrip().splitlines()[-1]
+    prefix = 'exec "$python" ' if runs_python else "exec "
+    assert last == prefix + " ".join(shlex.quote(w) for w in argv)
+
+
+def test_a_command_under_multi_node_torchrun_is_no_python(tmp_path: Path) -> None:
+    site = load_site(MLLAB)
+    request = JobRequest("bash", args=("run.sh",), model="a100", nodes=2, command=True)
+    script = render(site, resolve(site, request), python="/bin/sh").script
+    assert '--master-port="$MASTER_PORT" --no-python "$@"\' \\\n    "$python" bash run.sh' in script
+
+
+def test_dry_run_of_a_command_after_double_dash(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _exe(tmp_path / "run.sh", "#!/bin/bash\n")
+    base = ["submit", "--site", str(MLLAB), "--gpus", "1", "--model", "a100", "--dry-run"]
+    assert run([*base, "--", "./run.sh", "--lr", "3e-4"]) == 0
+    assert "exec ./run.sh --lr 3e-4" in capsys.readouterr().out.splitlines()
+    assert run([*base, "--", "accelerate", "launch", "--num_processes", "2", "t.py"]) == 0
+    assert "exec accelerate launch --num_processes 2 t.py" in capsys.readouterr().out
+    (tmp_path / "plain.sh").write_text("#!/bin/bash\n")
+    assert run([*base, "plain.sh"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("clusterjob: error: plain.sh is not executable and its #! line")

@@ -25,7 +25,13 @@ from clusterjob.errors import UsageError
     no_args_is_help=True,
 )
 def submit(
-    script: Annotated[str, typer.Argument(help="The training script to run (python SCRIPT ARGS).")],
+    script: Annotated[
+        str,
+        typer.Argument(
+            help="A .py script (run with the job's Python), or after -- any command: "
+            "an executable, bash run.sh, python -m pkg, accelerate launch ..."
+        ),
+    ],
     args: Annotated[
         list[str] | None,
         typer.Argument(help="Arguments for SCRIPT, passed unchanged.", show_default=False),
@@ -119,8 +125,9 @@ def submit(
     ] = False,
     parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id only.")] = False,
 ) -> None:
-    """Submit SCRIPT with GPUs of one model, in this site's own sbatch syntax."""
+    """Submit SCRIPT (or -- CMD ARGS) with GPUs of one model, in this site's own sbatch syntax."""
     from clusterjob.jobscript.interpreter import find_submit_python
+    from clusterjob.jobscript.program import classify
     from clusterjob.jobscript.render import render
     from clusterjob.jobscript.request import (
         JobRequest,
@@ -145,10 +152,10 @@ def submit(
         task_args = params_task_args(text, str(params))
     if gpus is None:
         raise UsageError("--gpus is required (GPUs per node, e.g. --gpus 2)")
-    if not Path(script).is_file():
-        raise UsageError(f"script not found: {script!r}")
+    program = classify(script, Path.cwd())
     request = JobRequest(
-        script=script,
+        script=program.script,
+        command=program.command,
         args=tuple(args),
         gpus=gpus,
         model=model,
@@ -187,6 +194,8 @@ def submit(
         request = replace(request, dependency=expand_dependency(dependency))
     the_site = load_site(site)
     resolved = resolve(the_site, request)
+    if resolved.runs_python and resolved.interpreter is None:
+        raise UsageError("no python3 or python on PATH to run the job with: give --python PATH")
     rendered = render(the_site, resolved)
     for note in resolved.notes:
         typer.echo(f"note: {note}", err=True)

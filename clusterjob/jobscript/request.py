@@ -22,6 +22,7 @@ import hostlist
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
 from clusterjob.jobscript import interpreter as interpreters
 from clusterjob.jobscript.interpreter import Interpreter, SubmitPython
+from clusterjob.jobscript.program import PYTHON_COMMANDS
 from clusterjob.jobscript.shell import check_directive_value, check_no_nul
 from clusterjob.site.model import GpuModel, Partition, Site
 from clusterjob.slurm.syntax import MEMORY_SIZE, array_task_ids, time_seconds
@@ -75,6 +76,7 @@ class JobRequest:
     python_why: str | None = None
     submit_python: str | None = None  # python3 on the submitting PATH, absolute
     active_env: str | None = None  # the venv or conda env active at submit ($VIRTUAL_ENV...)
+    command: bool = False  # True: run script + args as given (clusterjob.jobscript.program)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,8 @@ class ResolvedJob:
     token: str
     notes: tuple[str, ...] = ()  # what resolve changed in the request, one line each
     interpreter: Interpreter | None = None  # None: nothing chose one (render falls back)
+    runs_python: bool = True  # the program is "$python" followed by argv
+    argv: tuple[str, ...] = ()  # the program's words (after "$python" when runs_python)
 
 
 # --- node map queries -------------------------------------------------------------------
@@ -452,6 +456,17 @@ def _array_and_signal(request: JobRequest) -> tuple[JobRequest, tuple[str, ...]]
     return replace(request, array=array, signal=signal), tuple(notes)
 
 
+def program_argv(request: JobRequest) -> tuple[bool, tuple[str, ...]]:
+    """Whether the job's Python starts the program, and the words that follow: a script runs
+    as ``"$python" SCRIPT ARGS``; a command as given, ``python``/``python3`` there meaning the
+    job's interpreter (``python -m pkg``)."""
+    if not request.command:
+        return True, (request.script, *request.args)
+    if request.script in PYTHON_COMMANDS:
+        return True, request.args
+    return False, (request.script, *request.args)
+
+
 def _interpreter(
     site: Site, partition: Partition, request: JobRequest, environ: Mapping[str, str]
 ) -> Interpreter | None:
@@ -516,6 +531,7 @@ def resolve(
             python_why=interpreter.why,
         )
     defaults = partition.defaults
+    runs_python, argv = program_argv(request)
     job_name = request.job_name or Path(request.script).stem or "clusterjob"
     return ResolvedJob(
         request=request,
@@ -541,4 +557,6 @@ def resolve(
         token=request.token,
         notes=notes,
         interpreter=interpreter,
+        runs_python=runs_python,
+        argv=argv,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,4 +94,36 @@ def test_a_missing_interpreter_is_refused_before_sbatch(
     assert not (tmp_path / "data").exists() or "Submitted" not in proc.stdout
 
 
-_ = submit  # shared helper, used by later tests of this file
+def test_any_command_runs_as_given(cj: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    """An executable bash script through its #! line, `bash run.sh`, `python -m pkg`: each
+    runs and completes, its arguments literal; a non-executable bash script is refused."""
+    script = tmp_path / "run.sh"
+    script.write_text('#!/bin/bash\necho "bash-ran: $BASH_VERSION args=[$1] [$2]"\n')
+    script.chmod(0o755)
+    package = tmp_path / "probe_pkg"
+    package.mkdir()
+    (package / "__main__.py").write_text(
+        "import sys\nprint('module-ran:', sys.executable, sys.argv[1:])\n"
+    )
+    gpu = ("--gpus", "1", "--model", "A100")
+    jobs = {
+        "shebang": submit(cj, sandbox, *gpu, "--", "./run.sh", "a b", "$HOME"),
+        "bash": submit(cj, sandbox, *gpu, "--", "bash", "run.sh", "x", "--gpus"),
+        "module": submit(cj, sandbox, *gpu, "--", "python", "-m", "probe_pkg", "--lr", "1"),
+    }
+    outs = {}
+    for how, job in jobs.items():
+        row = wait_status(cj, job, finished)
+        outs[how] = logs(cj, job)
+        assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (how, row, outs[how])
+    assert "bash-ran: 5" in outs["shebang"] and "args=[a b] [$HOME]" in outs["shebang"]
+    assert "args=[x] [--gpus]" in outs["bash"], outs["bash"]
+    assert re.search(r"^module-ran: /\S+ \['--lr', '1'\]$", outs["module"], re.M), outs["module"]
+
+    script.chmod(0o644)
+    proc = cj("submit", "--site", str(sandbox.site_path), *gpu, "run.sh")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        "clusterjob: error: run.sh is not executable and its #! line names bash: "
+        "chmod +x run.sh, or submit it as: -- bash run.sh\n"
+    )
