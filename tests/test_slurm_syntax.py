@@ -165,7 +165,10 @@ def test_site_limit_and_request_time_accept_the_same(text: str, tmp_path: Path) 
         ("5-5", [5]),
         ("4,2,4", [2, 4]),
         ("0-10:5", [0, 5, 10]),
+        ("[2-5]", [2, 3, 4, 5]),
         (f"1-{MAX_ARRAY_TASKS}", list(range(1, MAX_ARRAY_TASKS + 1))),
+        # exactly the limit, counted in whole steps (1,000,000 tasks, not 1,000,000.5)
+        (f"0-{2 * MAX_ARRAY_TASKS - 1}:2", list(range(0, 2 * MAX_ARRAY_TASKS, 2))),
     ],
 )
 def test_array_task_ids(spec: str, ids: list[int]) -> None:
@@ -182,6 +185,8 @@ NOT_A_SPEC = "is not an array spec (e.g. 0-9, 0-9%2, 1,3,5, 0-15:4)"
         ("a-b", f"'a-b' {NOT_A_SPEC}"),
         ("1-2x", f"'1-2x' {NOT_A_SPEC}"),
         ("", f"'' {NOT_A_SPEC}"),
+        ("[12", f"'[12' {NOT_A_SPEC}"),  # brackets come in pairs
+        ("12]", f"'12]' {NOT_A_SPEC}"),
         ("5-3", "'5-3': range '5-3' is empty"),
         ("1-4:0", "'1-4:0': range '1-4:0' is empty"),
         (f"0-{MAX_ARRAY_TASKS}", f"'0-{MAX_ARRAY_TASKS}': more than {MAX_ARRAY_TASKS} tasks"),
