@@ -461,6 +461,60 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         dict(node_map=slots("A100"), inventory=inv(gpu(0, A100, persistence_mode=False))),
         [("persistence-off", "warning", 0)],
     ),
+    "driver at the site's minimum": (
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, driver_min="550.54.15"),
+        [],
+    ),
+    "driver older than the site's minimum": (
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, driver_min="550.90.07"),
+        [("driver-version", "error", None)],
+    ),
+    "driver minimum, driver version unknown: nothing": (
+        dict(
+            node_map=MIXED_MAP,
+            inventory=GpuInventory(MIXED_INV.gpus, None, None),
+            driver_min="550.90.07",
+        ),
+        [],
+    ),
+    "site turns a warning check into an error": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, persistence_mode=False)),
+            severity={"persistence-off": "error"},
+        ),
+        [("persistence-off", "error", 0)],
+    ),
+    "site turns an error check into a warning": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, clock_event_reasons=0x8)),
+            allocation=alloc(0),
+            severity={"clocks-throttled": "warning"},
+        ),
+        [("clocks-throttled", "warning", 0)],
+    ),
+    "site turns a check off": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, processes=(GpuProcess(1, None, None),))),
+            allocation=alloc(0),
+            severity={"gpu-busy": "off"},
+        ),
+        [],
+    ),
+    "error override keeps another job's GPU a warning, and information information": (
+        dict(
+            node_map=slots("A100", "A100"),
+            inventory=inv(
+                gpu(0, A100, fabric_state="in_progress"),
+                gpu(1, A100, pcie_link_gen=1, pcie_link_gen_max=4),
+            ),
+            allocation=alloc(1),
+            severity={"nvlink-fabric": "error", "pcie-degraded": "error"},
+        ),
+        [("nvlink-fabric", "warning", 0), ("pcie-degraded", "info", 1)],
+    ),
 }
 
 
@@ -599,6 +653,7 @@ DOCUMENTED_IDS = {
     "gpu-hot",
     "gpu-busy",
     "persistence-off",
+    "driver-version",
 }
 RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
@@ -615,11 +670,15 @@ def test_registry_ids_are_the_documented_ids_and_each_check_has_a_severity() -> 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_findings_never_exceed_their_checks_severity(name: str) -> None:
+    """... or the severity the site gave the check in its place."""
+    kw = CASES[name][0]
+    site = dict(kw.get("severity", {}))  # type: ignore[call-overload]
     worst = {}
     for c in REGISTRY.checks:
         worst[c.id] = max(RANK[c.severity], worst.get(c.id, 0))
-    for f in check(CASES[name][0]).findings:
-        assert RANK[f.severity] <= worst[f.check_id], f
+    for f in check(kw).findings:
+        limit = RANK[Severity(site[f.check_id])] if f.check_id in site else worst[f.check_id]
+        assert RANK[f.severity] <= limit, f
 
 
 def test_a_new_check_is_one_registered_function() -> None:
@@ -642,3 +701,10 @@ def test_a_new_check_is_one_registered_function() -> None:
         ("fan-speed", Severity.WARNING, f"gpu2: {bus}: fan slow") for bus in BUSES
     ]
     assert [r.status for r in report.rows] == ["ok"] * 4  # no slot named: the rows stay ok
+
+
+def test_the_site_schema_knows_every_check_id() -> None:
+    """site/model.py lists the ids the site file may name (it sits below the registry)."""
+    from clusterjob.site.model import NODE_CHECK_IDS
+
+    assert sorted(NODE_CHECK_IDS) == sorted(CHECK_IDS)

@@ -42,6 +42,8 @@ def site_yaml(
     nodes: str = "gpu[1-2]",
     buses: tuple[str, ...] = BUSES,
     nvlinks: int | None = None,
+    checks: str = "",
+    partition_checks: str = "",
 ) -> str:
     links = "" if nvlinks is None else f", nvlinks: {nvlinks}"
     gpus = "\n".join(
@@ -73,7 +75,7 @@ partitions:
   gpu:
     nodes: "{nodes}"
     default: true
-node_map:
+{partition_checks}node_map:
   - nodes: "{nodes}"
     gpus:
 {gpus}
@@ -81,7 +83,7 @@ prolog:
   on_error: {on_error}
   deadline_seconds: {deadline}
   log: {log}
-"""
+{checks}"""
 
 
 class Node:
@@ -754,3 +756,61 @@ def test_gpus_table_health_names_link_clock_and_fabric_problems(node: Node) -> N
         "fabric:not_started,hw_slowdown",
         "hot:87C,persistence-off",
     ]
+
+
+# -- the site's say: driver minimum and severity per check, site-wide and per partition ----
+
+
+def test_prolog_driver_older_than_the_sites_minimum_drains(node: Node) -> None:
+    node.setup(mixed(), checks='checks: {driver_min: "550.90.07"}\n')
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: driver-version: gpu2: NVIDIA driver 550.54.15 is older than the "
+        "site's minimum 550.90.07 -- upgrade the driver on this node (and reboot)"
+    ]
+
+
+def test_prolog_driver_minimum_met_passes(node: Node) -> None:
+    node.setup(mixed(), checks='checks: {driver_min: "535.104.05"}\n')
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_prolog_partition_checks_apply_to_that_partitions_jobs(node: Node) -> None:
+    """The partition raises the driver minimum and turns persistence-off into an error; a job
+    of another partition (or none named) gets the site-wide policy."""
+    node.setup(
+        mixed(**{"0": {"persistence": False}}),
+        checks='checks: {driver_min: "535.104.05", severity: {gpu-hot: "off"}}\n',
+        partition_checks="    checks: {severity: {persistence-off: error}}\n",
+    )
+    mine = node.prolog(env={"SLURM_JOB_GPUS": "0", "SLURM_JOB_PARTITION": "gpu"})
+    assert mine.returncode == 1
+    assert mine.stderr.startswith("clusterjob prolog: persistence-off: gpu2: slot 0 ")
+    other = node.prolog(env={"SLURM_JOB_GPUS": "0", "SLURM_JOB_PARTITION": "debug"})
+    assert other.returncode == 0
+    assert other.stderr.startswith("clusterjob prolog: warning: persistence-off: gpu2: slot 0 ")
+
+
+@pytest.mark.parametrize(
+    ("severity", "rc", "first"),
+    [
+        ("error", 1, "clusterjob prolog: gpu-busy: "),
+        ("warning", 0, "clusterjob prolog: warning: gpu-busy: "),
+        ("off", 0, None),
+    ],
+)
+def test_prolog_site_severity_for_a_check(
+    node: Node, severity: str, rc: int, first: str | None
+) -> None:
+    node.setup(
+        mixed(**{"0": {"processes": ((31337, 2**30, "python3"),)}}),
+        checks=f'checks: {{severity: {{gpu-busy: "{severity}"}}}}\n',
+    )
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert done.returncode == rc
+    if first is None:
+        assert done.stderr == ""
+    else:
+        assert done.stderr.startswith(first)

@@ -33,8 +33,8 @@ def test_validate_prints_every_problem_and_exits_2(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith(bad)] == [
         f"{bad}:5: models.A100.memory_gb: expected an integer >= 1, got -1",
-        f"{bad}:7: partitions.gpu.colour: unknown key; valid keys: default, defaults, job, "
-        "nodes, time_limit",
+        f"{bad}:7: partitions.gpu.colour: unknown key; valid keys: checks, default, defaults, "
+        "job, nodes, time_limit",
         f"{bad}:7: partitions.gpu.nodes: not in node_map: n[3-4]",
         f"{bad}:10: node_map[0].gpus[0].model: unknown model 'V100'; defined models: A100",
         f"{bad}:11: prolog.on_error: expected one of drain, pass, got 'ignore'",

@@ -59,6 +59,16 @@ EXPECTED: dict[str, list[str]] = {
         "9: node_map[0].gpus[1].nvlinks: expected an integer >= 0, got -1",
         "10: node_map[0].gpus[2].nvlinks: expected an integer, got 'many'",
     ],
+    "bad_checks.yaml": [
+        "8: partitions.gpu.checks.severity.gpu-busy: expected one of error, warning, off, "
+        "got 'sometimes'",
+        "14: checks.driver_min: not an NVIDIA driver version: 'latest' (e.g. \"535.104.05\")",
+        "16: checks.severity.pcie-slow: unknown check id; valid: alloc-count, alloc-env, "
+        "alloc-model, alloc-slot, clocks-throttled, cuda-order, driver-version, "
+        "ecc-uncorrectable, gpu-busy, gpu-count, gpu-extra, gpu-hot, gpu-lost, gpu-missing, "
+        "gpu-uuid, gres-index, mig-pending, model-mismatch, node-unmapped, nvlink-down, "
+        "nvlink-fabric, pcie-degraded, persistence-off, row-remap-failure, row-remap-pending",
+    ],
     "bus_order.yaml": [
         "10: node_map[0].gpus[1].bus_id: GPUs must be listed in PCI bus order: 0000:07:00.0 "
         "comes before 0000:0b:00.0 (slot 0)",
@@ -104,8 +114,8 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "many_errors.yaml": [
         "5: models.A100.memory_gb: expected an integer >= 1, got -1",
-        "7: partitions.gpu.colour: unknown key; valid keys: default, defaults, job, nodes, "
-        "time_limit",
+        "7: partitions.gpu.colour: unknown key; valid keys: checks, default, defaults, job, "
+        "nodes, time_limit",
         "7: partitions.gpu.nodes: not in node_map: n[3-4]",
         "10: node_map[0].gpus[0].model: unknown model 'V100'; defined models: A100",
         "11: prolog.on_error: expected one of drain, pass, got 'ignore'",
@@ -280,3 +290,25 @@ def test_hostlist_compress_expand_round_trip(hosts: list[tuple[str, int, int]]) 
     names = sorted({f"{prefix}{num:0{width}d}" for prefix, num, width in hosts})
     collected = hostlist.collect_hostlist(names)
     assert sorted(hostlist.expand_hostlist(collected)) == names
+
+
+def test_check_policies_site_wide_and_per_partition(tmp_path: Path) -> None:
+    """checks: at the top and in a partition; the partition's wins for its jobs."""
+    from clusterjob.site.model import CheckPolicy
+    from clusterjob.site.nodeview import view_from_site
+
+    path = tmp_path / "site.yaml"
+    path.write_text(
+        (BAD / "bad_checks.yaml")
+        .read_text()
+        .replace("{gpu-busy: sometimes}", "{gpu-busy: warning}, driver_min: 550.54.15")
+        .replace('"latest"', '"535.104.05"')
+        .replace("pcie-slow", "pcie-degraded")
+    )
+    site = load_site(path)
+    assert site.checks == CheckPolicy("535.104.05", {"pcie-degraded": "warning", "gpu-hot": "off"})
+    view = view_from_site(site, "n1")
+    assert view.checks_for("gpu") == CheckPolicy(
+        "550.54.15", {"pcie-degraded": "warning", "gpu-hot": "off", "gpu-busy": "warning"}
+    )
+    assert view.checks_for(None) == view.checks_for("other") == site.checks

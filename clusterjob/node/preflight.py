@@ -55,6 +55,7 @@ def run_preflight(
     if expect_count is not None and expect_count < 0:
         raise UsageError(f"expected GPU count must be >= 0, got {expect_count}")
     inventory = read(view.prolog.deadline_seconds)
+    checks = view.checks_for(environ.get("SLURM_JOB_PARTITION"))
     facts = Facts(
         node,
         view.gpus,
@@ -65,5 +66,7 @@ def run_preflight(
         expect_count=expect_count,
         context=Context.JOB,
         cuda_device_order=environ.get("CUDA_DEVICE_ORDER"),
+        driver_min=checks.driver_min,
+        severity=checks.severity,
     )
     return run_checks(facts)

@@ -216,12 +216,15 @@ def run_prolog(
             if exc.kind is NvmlErrorKind.GPU_LOST:  # a known-broken node, whatever on_error
                 return run.verdict(_lost_report(run.node, exc))
             return run.cannot_check(f"NVML: {one_line(exc)}", exc.kind.value)
+        checks = view.checks_for(environ.get("SLURM_JOB_PARTITION"))
         facts = Facts(
             run.node,
             view.gpus,
             view.models,
             inventory,
             allocation_from_env(environ, Context.PROLOG),
+            driver_min=checks.driver_min,
+            severity=checks.severity,
         )
         return run.verdict(run_checks(facts))
     except Exception as exc:  # a bug in clusterjob must still give slurmd one line

@@ -22,6 +22,9 @@ from clusterjob.errors import ConfigError, ConfigIssue
 from clusterjob.pci import normalise_bus_id
 from clusterjob.site.gpu_syntax import GpuRequestSyntax, syntax_named, syntax_names
 from clusterjob.site.model import (
+    CHECK_SEVERITIES,
+    NODE_CHECK_IDS,
+    CheckPolicy,
     GpuModel,
     JobEnvironment,
     NodeGpu,
@@ -61,6 +64,7 @@ _TOP_KEYS = {
     "node_map": True,
     "prolog": False,
     "templates": False,
+    "checks": False,
     "job": False,
 }
 _GPU_REQUEST_KEYS = {"syntax": True, "type_required": False}
@@ -76,6 +80,7 @@ _PARTITION_KEYS = {
     "time_limit": False,
     "default": False,
     "defaults": False,
+    "checks": False,
     "job": False,
 }
 _JOB_KEYS = {"python": False, "venv": False, "conda": False, "setup": False}
@@ -84,6 +89,8 @@ _NODE_ENTRY_KEYS = {"nodes": True, "gpus": True}
 _MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS of current drivers (18 on Hopper boards)
 _GPU_SLOT_KEYS = {"model": True, "bus_id": False, "uuid": False, "nvlinks": False}
 _PROLOG_KEYS = {"on_error": False, "deadline_seconds": False, "log": False}
+_CHECKS_KEYS = {"driver_min": False, "severity": False}
+_DRIVER_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
 
 
 def _hostlist(v: Validator, node: Node, path: str) -> tuple[str, list[str]] | None:
@@ -285,10 +292,13 @@ def _read_partitions(v: Validator, node: Node) -> list[_ReadPartition]:
             time_limit = INVALID
         default = read_key(fields, "default", v.boolean, path)
         defaults = _read_defaults(v, fields.get("defaults"), join_path(path, "defaults"))
+        checks = _read_checks(v, fields.get("checks"), join_path(path, "checks"))
         job = _read_job(v, fields.get("job"), join_path(path, "job"))
         if hosts is None or time_limit is INVALID or default is INVALID:
             continue
         if isinstance(defaults, Invalid) or isinstance(job, Invalid):
+            continue
+        if isinstance(checks, Invalid):
             continue
         text, names = hosts
         out.append(
@@ -300,6 +310,7 @@ def _read_partitions(v: Validator, node: Node) -> list[_ReadPartition]:
                     time_limit=time_limit,
                     default=bool(default),
                     defaults=defaults,
+                    checks=checks,
                     job=job,
                 ),
                 nodes_line=key_line(fields, "nodes") or line_of(entry.key),
@@ -546,6 +557,51 @@ def _read_node_map(v: Validator, node: Node, defined: dict[str, GpuModel | None]
 # -- the rest -------------------------------------------------------------------------------
 
 
+def _read_checks(v: Validator, entry: Entry | None, path: str) -> CheckPolicy | Invalid:
+    """``checks:`` (top level or a partition's): the oldest NVIDIA driver the node checks
+    accept, and per check id a severity (error, warning or off) in place of the check's own."""
+    if entry is None:
+        return CheckPolicy()
+    fields = v.mapping(entry.value, path, _CHECKS_KEYS)
+    if fields is None:
+        return INVALID
+    failed = False
+    driver_min = read_key(fields, "driver_min", v.string, path)
+    if isinstance(driver_min, str) and not _DRIVER_VERSION.match(driver_min):
+        v.error(
+            key_line(fields, "driver_min"),
+            join_path(path, "driver_min"),
+            f'not an NVIDIA driver version: {driver_min!r} (e.g. "535.104.05")',
+        )
+        failed = True
+    failed = failed or driver_min is INVALID
+    severity: dict[str, str] = {}
+    if "severity" in fields:
+        spath = join_path(path, "severity")
+        named = v.any_mapping(fields["severity"].value, spath, "a mapping of check id to severity")
+        failed = failed or named is None
+        for check_id, item in (named or {}).items():
+            cpath = join_path(spath, check_id)
+            if check_id not in NODE_CHECK_IDS:
+                v.error(
+                    line_of(item.key),
+                    cpath,
+                    f"unknown check id; valid: {', '.join(sorted(NODE_CHECK_IDS))}",
+                )
+                failed = True
+                continue
+            word = v.choice(item.value, cpath, CHECK_SEVERITIES)
+            if isinstance(word, str):
+                severity[check_id] = word
+            else:
+                failed = True
+    if failed:
+        return INVALID
+    return CheckPolicy(
+        driver_min=driver_min if isinstance(driver_min, str) else None, severity=severity
+    )
+
+
 def _read_prolog(v: Validator, entry: Entry | None) -> PrologPolicy | Invalid:
     if entry is None:
         return PrologPolicy()
@@ -641,6 +697,7 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
             partitions.append(partition)
 
     prolog = _read_prolog(v, top.get("prolog"))
+    checks = _read_checks(v, top.get("checks"), "checks")
     job = _read_job(v, top.get("job"), "job")
     templates = read_key(top, "templates", v.string, "")
     templates_dir: Path | None = None
@@ -665,6 +722,7 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         partitions=tuple(partitions),
         node_map=node_map,
         prolog=prolog,
+        checks=checks if isinstance(checks, CheckPolicy) else CheckPolicy(),
         templates_dir=templates_dir,
         node_command=node_command,
         job=job,

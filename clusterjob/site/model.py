@@ -6,6 +6,7 @@ submission side (request -> sbatch script) and the node side (preflight checks).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -62,6 +63,54 @@ class JobEnvironment:
         return any(v is not None for v in (self.python, self.venv, self.conda))
 
 
+# The node checks' ids, as clusterjob.node.checks registers them (a test keeps the two equal):
+# the site file may name them (checks.severity) and is validated below the node layer.
+NODE_CHECK_IDS = (
+    "node-unmapped",
+    "gpu-count",
+    "driver-version",
+    "gpu-missing",
+    "model-mismatch",
+    "gpu-uuid",
+    "gpu-extra",
+    "alloc-env",
+    "alloc-slot",
+    "gres-index",
+    "alloc-count",
+    "alloc-model",
+    "cuda-order",
+    "gpu-lost",
+    "ecc-uncorrectable",
+    "row-remap-failure",
+    "row-remap-pending",
+    "mig-pending",
+    "pcie-degraded",
+    "nvlink-down",
+    "nvlink-fabric",
+    "clocks-throttled",
+    "gpu-hot",
+    "gpu-busy",
+    "persistence-off",
+)
+CHECK_SEVERITIES = ("error", "warning", "off")
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    """What a site, or one partition, asks of the node checks: the oldest NVIDIA driver it
+    accepts, and per check id a severity ("error", "warning" or "off") instead of the check's
+    own."""
+
+    driver_min: str | None = None  # e.g. "535.104.05"
+    severity: Mapping[str, str] = field(default_factory=dict)
+
+    def under(self, partition: CheckPolicy) -> CheckPolicy:
+        """This site-wide policy with a partition's on top of it."""
+        return CheckPolicy(
+            partition.driver_min or self.driver_min, {**self.severity, **partition.severity}
+        )
+
+
 @dataclass(frozen=True)
 class Partition:
     name: str
@@ -70,6 +119,7 @@ class Partition:
     time_limit: str | None = None  # Slurm time string, e.g. "2-00:00:00"
     default: bool = False
     defaults: PartitionDefaults = field(default_factory=PartitionDefaults)
+    checks: CheckPolicy = field(default_factory=CheckPolicy)  # over the site's
     job: JobEnvironment = field(default_factory=JobEnvironment)
 
 
@@ -116,6 +166,7 @@ class Site:
     partitions: tuple[Partition, ...]
     node_map: NodeMap
     prolog: PrologPolicy = field(default_factory=PrologPolicy)
+    checks: CheckPolicy = field(default_factory=CheckPolicy)
     templates_dir: Path | None = None  # site template directory (overrides/extends templates/)
     node_command: str | None = (
         None  # how job scripts call clusterjob on a node (path to the command)

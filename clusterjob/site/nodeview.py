@@ -17,14 +17,14 @@ import os
 import stat
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clusterjob.gpu.models import model_for_nvml_name
-from clusterjob.site.model import NodeGpu, OnError, PrologPolicy, Site
+from clusterjob.site.model import CheckPolicy, NodeGpu, OnError, PrologPolicy, Site
 
-CACHE_FORMAT = 3  # 3: a slot carries nvlinks
+CACHE_FORMAT = 4  # 3: a slot carries nvlinks; 4: check policies
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,14 @@ class NodeView:
     models: Mapping[str, tuple[str, ...]]  # canonical model name -> its NVML names
     gres_types: Mapping[str, str | None]  # canonical model name -> GRES type (None: untyped)
     prolog: PrologPolicy
+    checks: CheckPolicy = field(default_factory=CheckPolicy)  # the site's
+    partition_checks: Mapping[str, CheckPolicy] = field(default_factory=dict)  # this node's
+
+    def checks_for(self, partition: str | None) -> CheckPolicy:
+        """The check policy for a job of ``partition`` (Slurm may give a list: the first)."""
+        name = (partition or "").split(",")[0]
+        own = self.partition_checks.get(name)
+        return self.checks.under(own) if own is not None else self.checks
 
     def model_for_nvml_name(self, nvml_name: str) -> str | None:
         """The canonical model an NVML device name belongs to (case-insensitive)."""
@@ -54,6 +62,12 @@ def view_from_site(site: Site, node: str, source: Path | None = None) -> NodeVie
         models={m.name: m.nvml_names for m in site.models},
         gres_types={m.name: m.gres_type for m in site.models},
         prolog=site.prolog,
+        checks=site.checks,
+        partition_checks={
+            p.name: p.checks
+            for p in site.partitions
+            if node in p.node_names and p.checks != CheckPolicy()
+        },
     )
 
 
@@ -88,9 +102,20 @@ def _to_json(view: NodeView, key: list[Any]) -> str:
                 "deadline_seconds": view.prolog.deadline_seconds,
                 "log_path": view.prolog.log_path,
             },
+            "checks": _policy_json(view.checks),
+            "partition_checks": {k: _policy_json(v) for k, v in view.partition_checks.items()},
         },
         separators=(",", ":"),
     )
+
+
+def _policy_json(policy: CheckPolicy) -> list[Any]:
+    return [policy.driver_min, dict(policy.severity)]
+
+
+def _policy(data: list[Any]) -> CheckPolicy:
+    driver_min, severity = data
+    return CheckPolicy(driver_min, {str(k): str(v) for k, v in severity.items()})
 
 
 def _from_json(data: dict[str, Any], source: Path) -> NodeView:
@@ -108,6 +133,8 @@ def _from_json(data: dict[str, Any], source: Path) -> NodeView:
             deadline_seconds=float(prolog["deadline_seconds"]),
             log_path=prolog["log_path"],
         ),
+        checks=_policy(data["checks"]),
+        partition_checks={k: _policy(v) for k, v in data["partition_checks"].items()},
     )
 
 

@@ -8,7 +8,7 @@ function each. Slot i is Slurm GRES index i, the i-th GPU in PCI bus order.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 
@@ -28,6 +28,7 @@ class Need(str, Enum):
     EXPECT_MODEL = "expect_model"  # the GPU model the job asked for
     EXPECT_COUNT = "expect_count"  # how many GPUs the job asked for on this node
     JOB = "job"  # running inside the job (the Prolog runs before CUDA_DEVICE_ORDER is set)
+    DRIVER_MIN = "driver_min"  # the site (or the job's partition) names a minimum driver
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class Facts:
     expect_count: int | None = None
     context: Context = Context.PROLOG
     cuda_device_order: str | None = None  # the job's CUDA_DEVICE_ORDER (job context only)
+    driver_min: str | None = None  # the oldest NVIDIA driver the site accepts here
+    severity: Mapping[str, str] = field(default_factory=dict)  # check id -> error/warning/off
 
     def has(self, need: Need) -> bool:
         if need is Need.NODE_MAP:
@@ -53,6 +56,8 @@ class Facts:
             return self.expect_model is not None
         if need is Need.EXPECT_COUNT:
             return self.expect_count is not None
+        if need is Need.DRIVER_MIN:
+            return self.driver_min is not None
         return self.context is Context.JOB  # Need.JOB
 
     # -- which GPU is in which slot ----------------------------------------------------------

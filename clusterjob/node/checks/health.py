@@ -1,5 +1,6 @@
-"""Health checks, once per GPU NVML sees: lost, ECC, row remapping, MIG mode, PCIe and
-NVLink links, NVSwitch fabric, clock throttling, temperature, leftover processes, persistence.
+"""Health checks, once per GPU NVML sees: lost, ECC, row remapping, MIG mode, PCIe and NVLink
+links, NVSwitch fabric, clock throttling, temperature, leftover processes, persistence; and
+the node's driver version, once.
 
 A broken GPU the job was given (or may have been given: its GPUs unknown) is an error; one
 it was not given is a warning, so the node is drained when a job would actually land on it.
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 
 from clusterjob.gpu.inventory import Gpu
 from clusterjob.node.allocation import Context
-from clusterjob.node.checks.facts import Facts
+from clusterjob.node.checks.facts import Facts, Need
 from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Stage, check
 
@@ -34,6 +35,30 @@ def _observe(
 def _on_job(facts: Facts, gpu: Gpu) -> Severity | None:
     """The check's own severity, or a warning when the job certainly was not given ``gpu``."""
     return Severity.WARNING if facts.job_has(gpu) is False else None
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    """ "550.54.15" -> (550, 54, 15); None for what is no driver version."""
+    try:
+        return tuple(int(part) for part in text.strip().split("."))
+    except ValueError:
+        return None
+
+
+@check("driver-version", Severity.ERROR, stage=Stage.MAP, needs={Need.DRIVER_MIN})
+def driver_version(facts: Facts) -> Iterator[Observation]:
+    """The NVIDIA driver against the site's (or the job's partition's) ``checks.driver_min``.
+    A driver NVML cannot name is unknown: no finding."""
+    found, wanted = facts.inventory.driver_version, facts.driver_min or ""
+    have, need = _version(found or ""), _version(wanted)
+    if have is None or need is None or have >= need:
+        return
+    yield Observation(
+        f"{facts.node}: NVIDIA driver {found} is older than the site's minimum {wanted} -- "
+        "upgrade the driver on this node (and reboot)",
+        expected=f">= {wanted}",
+        found=found,
+    )
 
 
 @check("gpu-lost", Severity.ERROR, stage=Stage.HEALTH)

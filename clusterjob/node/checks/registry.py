@@ -78,9 +78,16 @@ class Check:
     needs: frozenset[Need]
     run: Callable[..., Iterable[Observation]]
 
-    def finding(self, node: str, o: Observation) -> Finding:
-        severity = o.severity or self.severity
+    def finding(self, node: str, o: Observation, cap: Severity | None = None) -> Finding:
+        """``cap``: the site's severity for this check, in place of the check's own; an
+        observation that lowered itself (not the job's GPU) stays lower."""
+        severity = o.severity or cap or self.severity
+        if cap is not None and _RANK[severity] > _RANK[cap]:
+            severity = cap
         return Finding(self.id, severity, node, o.message, o.slot, o.bus_id, o.expected, o.found)
+
+
+_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
 
 F = TypeVar("F", bound=Callable[..., Iterable[Observation]])
@@ -120,11 +127,16 @@ class Registry:
     def run(self, facts: Facts) -> list[Finding]:
         """Every finding of every check whose facts are there, in the fixed order."""
         findings: list[Finding] = []
+        wanted = facts.severity  # the site's: check id -> "error", "warning" or "off"
         for stage, group in groupby(self.checks, key=lambda c: c.stage):
-            active = [c for c in group if all(facts.has(n) for n in c.needs)]
+            active = [
+                (c, None if c.id not in wanted else Severity(wanted[c.id]))
+                for c in group
+                if all(facts.has(n) for n in c.needs) and wanted.get(c.id) != "off"
+            ]
             for args in _targets(facts, stage.scope):
-                for c in active:
-                    findings.extend(c.finding(facts.node, o) for o in c.run(facts, *args))
+                for c, cap in active:
+                    findings.extend(c.finding(facts.node, o, cap) for o in c.run(facts, *args))
         return findings
 
 
