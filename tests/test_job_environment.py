@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -143,7 +144,7 @@ def test_bad_interpreter_choices_are_refused(
     plain.write_text("not a program")
     fill = {"plain": str(plain), "tmp": str(tmp_path)}
     kw = {k: v.format(**fill) for k, v in kw.items()}
-    with pytest.raises(UsageError, match="^" + __import__("re").escape(message.format(**fill))):
+    with pytest.raises(UsageError, match="^" + re.escape(message.format(**fill))):
         _choose(environ={"PATH": str(tmp_path / "nothing")}, **kw)
 
 
@@ -412,3 +413,88 @@ def test_dry_run_of_a_command_after_double_dash(
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith("clusterjob: error: plain.sh is not executable and its #! line")
+
+
+# -- launchers --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kw", "launcher"),
+    [
+        ({}, "none"),
+        ({"nodes": 2}, "torchrun"),
+        ({"tasks_per_node": 2}, "srun"),
+        ({"tasks_per_node": 2, "nodes": 2}, "srun"),
+        ({"launcher": "torchrun"}, "torchrun"),
+        ({"launcher": "none", "nodes": 2}, "none"),
+        ({"launcher": "srun"}, "srun"),
+    ],
+)
+def test_the_launcher_by_default_and_by_option(kw: dict[str, object], launcher: str) -> None:
+    site = load_site(MLLAB)
+    job = resolve(site, JobRequest("train.py", model="a100", python="/bin/sh", **kw))  # type: ignore[arg-type]
+    assert job.launcher == launcher
+
+
+def _launch_line(**kw: object) -> str:
+    site = load_site(MLLAB)
+    job = resolve(site, JobRequest(model="a100", python="/bin/sh", **kw))  # type: ignore[arg-type]
+    return render(site, job).script.rstrip().splitlines()[-1]
+
+
+def test_single_node_torchrun_starts_one_worker_per_gpu_with_the_users_options() -> None:
+    line = _launch_line(
+        script="train.py", gpus=2, launcher="torchrun", launcher_args=("--max-restarts=3",)
+    )
+    assert line == (
+        'exec "$python" -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 '
+        "--max-restarts=3 train.py"
+    )
+    line = _launch_line(script="bash", args=("run.sh",), command=True, launcher="torchrun")
+    assert line.endswith("--nproc-per-node=1 --no-python bash run.sh")
+
+
+def test_srun_starts_tasks_per_node_tasks() -> None:
+    line = _launch_line(script="train.py", tasks_per_node=4, launcher_args=("--label",))
+    assert line == (
+        'exec srun --ntasks-per-node=4 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 '
+        '--label "$python" train.py'
+    )
+
+
+def test_multi_node_torchrun_takes_the_users_options_too() -> None:
+    site = load_site(MLLAB)
+    request = JobRequest(
+        "train.py", model="a100", nodes=2, python="/bin/sh", launcher_args=("--max-restarts=2",)
+    )
+    script = render(site, resolve(site, request)).script
+    assert script.rstrip().endswith('"$python" --max-restarts=2 train.py')
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"launcher": "mpirun"}, "--launcher 'mpirun': expected one of torchrun, srun, none"),
+        (
+            {"tasks_per_node": 2, "launcher": "torchrun"},
+            "--tasks-per-node 2 with --launcher torchrun",
+        ),
+        ({"tasks_per_node": 3, "launcher": "none"}, "--tasks-per-node 3 with --launcher none"),
+        ({"launcher_args": ("-x",)}, "--launcher-arg needs a launcher"),
+    ],
+)
+def test_launcher_mistakes_are_refused(kw: dict[str, object], message: str) -> None:
+    site = load_site(MLLAB)
+    with pytest.raises(UsageError, match="^" + re.escape(message)):
+        resolve(site, JobRequest("train.py", model="a100", python="/bin/sh", **kw))  # type: ignore[arg-type]
+
+
+def test_launcher_mistake_on_the_command_line_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["submit", "--site", str(MLLAB), "--gpus", "1", "--model", "a100", "--launcher", "x"]
+    assert run([*argv, TRAIN]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "clusterjob: error: --launcher 'x': expected one of torchrun, srun, none\n"
+    )

@@ -75,7 +75,25 @@ def submit(
         list[str] | None,
         typer.Option("--sbatch-arg", help="Extra sbatch option, e.g. --sbatch-arg=--exclusive."),
     ] = None,
-    tasks_per_node: Annotated[int, typer.Option("--tasks-per-node")] = 1,
+    tasks_per_node: Annotated[
+        int, typer.Option("--tasks-per-node", help="Tasks per node, started by srun.")
+    ] = 1,
+    launcher: Annotated[
+        str | None,
+        typer.Option(
+            "--launcher",
+            help="torchrun (one worker per GPU per node) | srun (--tasks-per-node tasks) | "
+            "none. Default: srun with --tasks-per-node > 1, torchrun with --nodes > 1, else none.",
+            show_default=False,
+        ),
+    ] = None,
+    launcher_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--launcher-arg",
+            help="Your own torchrun/srun option, e.g. --launcher-arg=--max-restarts=3.",
+        ),
+    ] = None,
     python: Annotated[
         str | None,
         typer.Option(
@@ -180,6 +198,8 @@ def submit(
         constraint=constraint,
         sbatch_args=tuple(sbatch_arg or ()),
         tasks_per_node=tasks_per_node,
+        launcher=launcher,
+        launcher_args=tuple(launcher_arg or ()),
         task_args=task_args,
         python=python,
         venv=venv,

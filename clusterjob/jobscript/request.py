@@ -77,6 +77,8 @@ class JobRequest:
     submit_python: str | None = None  # python3 on the submitting PATH, absolute
     active_env: str | None = None  # the venv or conda env active at submit ($VIRTUAL_ENV...)
     command: bool = False  # True: run script + args as given (clusterjob.jobscript.program)
+    launcher: str | None = None  # torchrun | srun | none; None: chosen from nodes and tasks
+    launcher_args: tuple[str, ...] = ()  # the user's own torchrun or srun options
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class ResolvedJob:
     notes: tuple[str, ...] = ()  # what resolve changed in the request, one line each
     interpreter: Interpreter | None = None  # None: nothing chose one (render falls back)
     runs_python: bool = True  # the program is "$python" followed by argv
+    launcher: str = "none"  # what starts the program: torchrun | srun | none (LAUNCHERS)
     argv: tuple[str, ...] = ()  # the program's words (after "$python" when runs_python)
 
 
@@ -456,6 +459,36 @@ def _array_and_signal(request: JobRequest) -> tuple[JobRequest, tuple[str, ...]]
     return replace(request, array=array, signal=signal), tuple(notes)
 
 
+LAUNCHERS = ("torchrun", "srun", "none")
+
+
+def choose_launcher(request: JobRequest) -> str:
+    """What starts the program on the nodes. By default: srun when more than one task per
+    node is asked for, torchrun over several nodes, else the batch shell itself (none).
+    ``--tasks-per-node`` never silently does nothing: where it cannot apply it is refused."""
+    launcher = request.launcher
+    tasks = request.tasks_per_node
+    if launcher is None:
+        launcher = "srun" if tasks > 1 else ("torchrun" if request.nodes > 1 else "none")
+    if launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+    if tasks > 1 and launcher == "torchrun":
+        raise UsageError(
+            f"--tasks-per-node {tasks} with --launcher torchrun: torchrun starts one worker per "
+            "GPU itself (--gpus); drop --tasks-per-node, or use --launcher srun"
+        )
+    if tasks > 1 and launcher == "none":
+        raise UsageError(
+            f"--tasks-per-node {tasks} with --launcher none would start one process: use "
+            "--launcher srun (one task each), or start them yourself and drop --tasks-per-node"
+        )
+    if request.launcher_args and launcher == "none":
+        raise UsageError("--launcher-arg needs a launcher: --launcher torchrun or srun")
+    for arg in request.launcher_args:
+        check_no_nul(arg, "--launcher-arg")
+    return launcher
+
+
 def program_argv(request: JobRequest) -> tuple[bool, tuple[str, ...]]:
     """Whether the job's Python starts the program, and the words that follow: a script runs
     as ``"$python" SCRIPT ARGS``; a command as given, ``python``/``python3`` there meaning the
@@ -532,6 +565,7 @@ def resolve(
         )
     defaults = partition.defaults
     runs_python, argv = program_argv(request)
+    launcher = choose_launcher(request)
     job_name = request.job_name or Path(request.script).stem or "clusterjob"
     return ResolvedJob(
         request=request,
@@ -559,4 +593,5 @@ def resolve(
         interpreter=interpreter,
         runs_python=runs_python,
         argv=argv,
+        launcher=launcher,
     )

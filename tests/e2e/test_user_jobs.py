@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import Cli, Sandbox
-from .test_end_to_end import finished, logs, submit, wait_status
+from .test_end_to_end import TRAIN, finished, logs, submit, wait_status
 
 pytestmark = pytest.mark.slurm
 
@@ -127,3 +127,42 @@ def test_any_command_runs_as_given(cj: Cli, sandbox: Sandbox, tmp_path: Path) ->
         "clusterjob: error: run.sh is not executable and its #! line names bash: "
         "chmod +x run.sh, or submit it as: -- bash run.sh\n"
     )
+
+
+def _rank_summaries(out: str) -> list[dict[str, str]]:
+    """examples/train.py's one line per process."""
+    return [
+        dict(word.split("=", 1) for word in line.split()[1:])
+        for line in out.splitlines()
+        if line.startswith("rank-summary: ")
+    ]
+
+
+def test_single_node_torchrun_two_ranks_each_on_its_gpu(cj: Cli, sandbox: Sandbox) -> None:
+    """--launcher torchrun on one node with 2 GPUs: two workers, local ranks 0 and 1, both
+    seeing the job's two GPUs in PCI order, so local rank i uses the i-th GPU Slurm gave."""
+    assert importlib.util.find_spec("torch") is not None, "install torch: bash scripts/test.sh"
+    job = submit(
+        cj, sandbox, TRAIN, "--gpus", "2", "--model", "A100", "--launcher", "torchrun",
+        "--python", sys.executable, "--launcher-arg=--max-restarts=0",
+    )  # fmt: skip
+    row = wait_status(cj, job, finished, timeout=180)
+    out = logs(cj, job)
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
+    ranks = _rank_summaries(out)
+    assert sorted((r["rank"], r["local_rank"]) for r in ranks) == [("0", "0"), ("1", "1")], out
+    assert {r["world_size"] for r in ranks} == {"2"}
+    assert len({r["slurmd_nodename"] for r in ranks}) == 1
+    assert {r["cuda_visible_devices"] for r in ranks} == {"0,1"}
+    assert len(re.findall(r"^preflight gpu[12]: OK", out, re.M)) == 1, out
+
+
+def test_srun_starts_tasks_per_node_tasks(cj: Cli, sandbox: Sandbox) -> None:
+    job = submit(
+        cj, sandbox, TRAIN, "--gpus", "1", "--model", "A100", "--tasks-per-node", "2",
+    )  # fmt: skip
+    row = wait_status(cj, job, finished)
+    out = logs(cj, job)
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
+    procids = sorted(m for m in re.findall(r"^SLURM_PROCID=(\d+)$", out, re.M))
+    assert procids == ["0", "1"], out
