@@ -4,6 +4,13 @@
 ``clusterjob`` package is exported with ``git archive`` into a temporary directory and run
 as ``python -m clusterjob`` from there, interleaved with ``python3 -c pass``, so both sides
 see the same machine load.
+
+``--prolog`` times ``clusterjob prolog`` instead (root only: the Prolog trusts root-owned
+site files alone), warm cache, on an 8x H100 HGX stand-in node (18 NVLinks per GPU, NVSwitch
+fabric registered) of a 10-node site. Every revision loads the same stand-in library, built
+from this checkout (the driver is not what is compared). A revision is given the site with
+every check turned on (each slot's ``nvlinks``, ``checks.driver_min``) when it accepts it,
+else the same site without those keys; the output says which.
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare")
     parser.add_argument("revisions", nargs="+", help="git revisions, oldest first")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--prolog", action="store_true", help="time `clusterjob prolog`")
     args = parser.parse_args(argv)
+    if args.prolog:
+        return compare_prolog(args.revisions, args.repeats)
     with tempfile.TemporaryDirectory(prefix="clusterjob-compare-") as tmp:
         work = Path(tmp)
         site, _ = write_site(work / "sites", 10)
@@ -60,6 +70,56 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median of {args.repeats}, load average {os.getloadavg()}")
     for name, values in times.items():
         print(f"  {name:<34} {median(values) * 1000:7.0f} ms  {median(values) / ref:5.2f}x")
+    return 0
+
+
+def compare_prolog(revisions: list[str], repeats: int) -> int:
+    from benchmarks.common import run_timed
+    from benchmarks.prolog import prolog_env, standin_lib, trusted_work
+    from benchmarks.sitegen import BUS_IDS
+    from clusterjob.sandbox.standin import StandinScenario, gpus_on_buses, h100, write_scenario
+
+    if os.geteuid() != 0:
+        print("--prolog: run as root (the Prolog only trusts root-owned site files)")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="clusterjob-compare-") as tmp:
+        work = trusted_work(Path(tmp))
+        lib = standin_lib(work)
+        plain, node = write_site(work / "sites", 10)
+        full = plain.with_name("site-10-all-checks.yaml")
+        text = plain.read_text()
+        for bus in BUS_IDS["H100"]:
+            text = text.replace(
+                f'{{model: H100, bus_id: "{bus}"}}',
+                f'{{model: H100, bus_id: "{bus}", nvlinks: 18}}',
+            )
+        full.write_text(text + 'checks:\n  driver_min: "535.104.05"\n')
+        full.chmod(0o644)
+        scenario = write_scenario(
+            work / "scenario.txt",
+            StandinScenario(gpus=gpus_on_buses(h100, BUS_IDS["H100"], node=node)),
+        )
+        commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
+            REFERENCE_NAME: (list(REFERENCE), None)
+        }
+        for label in revisions:
+            env = prolog_env(lib, scenario, node)
+            env["PYTHONPATH"] = str(export(label, Path(tmp) / label))
+            cache = work / f"cache-{label}"
+            cache.mkdir(mode=0o755)
+            site, note = full, "all checks"
+            base = [PYTHON, "-P", "-m", "clusterjob", "prolog", "--cache-dir", str(cache)]
+            try:  # also fills the cache: what follows is the warm Prolog
+                run_timed([*base, "--site", str(full)], env)
+            except RuntimeError:
+                site, note = plain, "without nvlinks/checks keys (refused by this revision)"
+                run_timed([*base, "--site", str(site)], env)
+            commands[f"{label}: prolog ({note})"] = ([*base, "--site", str(site)], env)
+        times = interleaved(commands, repeats)
+    ref = median(times[REFERENCE_NAME])
+    print(f"median of {repeats}, load average {os.getloadavg()}")
+    for name, values in times.items():
+        print(f"  {name:<70} {median(values) * 1000:7.1f} ms  {median(values) / ref:5.2f}x")
     return 0
 
 
