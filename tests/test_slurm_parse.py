@@ -190,6 +190,36 @@ def test_parse_scontrol_job(name, state, reason, exit_code, signal, stdout, stde
     assert job.raw["AllocNode:Sid"].startswith("localhost:")
 
 
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        (
+            "running",
+            dict(job_id="3", nodes="recn1", start=datetime(2026, 11, 29, 16, 18, 18),
+                 run_time="00:00:32"),
+        ),
+        (
+            "pending",  # StartTime is Slurm's expected start; no nodes yet
+            dict(job_id="4", nodes=None, start=datetime(2027, 11, 29, 16, 18, 18),
+                 run_time="00:00:00"),
+        ),
+    ],
+)  # fmt: skip
+def test_parse_scontrol_job_every_field(name: str, fields: dict[str, object]) -> None:
+    """Field by field, so a value read from the wrong key (or not at all) shows."""
+    (job,) = parse.parse_scontrol_jobs(fixture(f"scontrol_show_job_{name}.txt"))
+    got = {k: getattr(job, k) for k in fields}
+    assert got == fields
+    assert (job.name, job.partition, job.end, job.tres_per_node) == (
+        "sleeper",
+        "gpu",
+        None,
+        "gres:gpu:a100:2",
+    )
+    assert (job.tres_per_job, job.tres_per_task) == (None, None)
+    assert job.raw["JobId"] == job.job_id and job.raw["UserId"] == "root(0)"
+
+
 def test_parse_scontrol_config_cluster_name() -> None:
     config = parse.parse_scontrol_config(fixture("scontrol_show_config.txt"))
     assert config["ClusterName"] == "recclu"
