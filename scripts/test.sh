@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh test
 # torchrun for the multi-node test; a CPU build of torch is enough.
 .venv/bin/python -m pip install -q "torch==2.13.0"
+# Environment modules (Debian's, seconds to install) for the --module test; without them the
+# test falls back to a stand-in `module` function.
+if [ ! -r /usr/share/modules/init/bash ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q environment-modules >/dev/null ||
+        echo "environment-modules not installed: the --module test uses a stand-in" >&2
+fi
 # Static checks first: mypy --strict on the package (config in pyproject.toml) and ruff.
 .venv/bin/mypy
 .venv/bin/ruff check clusterjob tests benchmarks examples

@@ -498,3 +498,87 @@ def test_launcher_mistake_on_the_command_line_is_one_line_exit_2(
     assert out == "" and err == (
         "clusterjob: error: --launcher 'x': expected one of torchrun, srun, none\n"
     )
+
+
+# -- setup lines, modules, environment variables ------------------------------------------------
+
+
+_PROBE = '#!/bin/sh\necho "FOO=[$FOO] BAR=[$BAR] LOADED=[$LOADED] ORDER=[$ORDER]"\n'
+
+
+def test_setup_modules_and_env_reach_the_program(tmp_path: Path) -> None:
+    """Order: --env, the site's then the partition's setup, --module, --setup; a stand-in
+    `module` function (exported, as Lmod and environment modules export theirs)."""
+    path = _site_with_job(
+        tmp_path, '{setup: ["export ORDER=site"]}', '{setup: ["ORDER=$ORDER,partition"]}'
+    )
+    site = load_site(path)
+    probe = _exe(tmp_path / "probe", _PROBE)
+    request = JobRequest(
+        str(probe), command=True, model="a100", python="/bin/sh",
+        env=("FOO=a b $(touch pwned)", "BAR="),
+        modules=("cuda/12.4", "nccl"),
+        setup=('ORDER="$ORDER,user:$LOADED"', "echo setup-ran"),
+    )  # fmt: skip
+    script = render(site, resolve(site, request), node_command=["true"]).script
+    module = 'module() { [ "$1" = load ] && export LOADED="${LOADED:+$LOADED,}$2"; }'
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    proc = subprocess.run(
+        ["bash", "-c", f'{module}; export -f module; bash "$0"', str(path)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "setup-ran",
+        "FOO=[a b $(touch pwned)] BAR=[] LOADED=[cuda/12.4,nccl] "
+        "ORDER=[site,partition,user:cuda/12.4,nccl]",
+    ]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_module_without_a_module_command_is_one_clear_line(tmp_path: Path) -> None:
+    site = load_site(MLLAB)
+    request = JobRequest("true", command=True, model="a100", modules=("cuda",), python="/bin/sh")
+    script = render(site, resolve(site, request), node_command=["true"]).script
+    # as on a node with neither Lmod nor environment modules installed
+    script = script.replace("/etc/profile.d/", "/nonexistent/").replace("/usr/share/", "/none/")
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    proc = subprocess.run(["bash", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "clusterjob: --module: this node has no 'module' command (Lmod or environment modules)\n"
+    )
+
+
+def test_a_failing_module_load_fails_the_job_with_its_name(tmp_path: Path) -> None:
+    site = load_site(MLLAB)
+    request = JobRequest("true", command=True, model="a100", modules=("nope",), python="/bin/sh")
+    path = tmp_path / "job.sh"
+    path.write_text(render(site, resolve(site, request), node_command=["true"]).script)
+    proc = subprocess.run(
+        ["bash", "-c", 'module() { return 1; }; export -f module; bash "$0"', str(path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr == "clusterjob: module load nope failed\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--env", "1X=2"], "--env '1X=2': expected KEY=VALUE with KEY a variable name"),
+        (["--env", "NOVALUE"], "--env 'NOVALUE': expected KEY=VALUE"),
+        (["--setup", "a\nb"], "--setup 'a\\nb': one line each (repeat --setup for more)"),
+        (["--setup", " "], "--setup must not be empty"),
+        (["--module", "a b"], "--module 'a b': one module name (repeat --module for more)"),
+        (["--module", ""], "--module '': one module name"),
+    ],
+)
+def test_setup_mistakes_are_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], option: list[str], message: str
+) -> None:
+    code = run(["submit", "--site", str(MLLAB), "--gpus", "1", "--model", "a100", *option, TRAIN])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"clusterjob: error: {message}"), err

@@ -87,6 +87,18 @@ def submit(
             show_default=False,
         ),
     ] = None,
+    setup: Annotated[
+        list[str] | None,
+        typer.Option("--setup", help="A shell line run before the program (repeatable)."),
+    ] = None,
+    module: Annotated[
+        list[str] | None,
+        typer.Option("--module", help="module load NAME before the program (repeatable)."),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="KEY=VALUE exported in the job (repeatable)."),
+    ] = None,
     launcher_arg: Annotated[
         list[str] | None,
         typer.Option(
@@ -200,6 +212,9 @@ def submit(
         tasks_per_node=tasks_per_node,
         launcher=launcher,
         launcher_args=tuple(launcher_arg or ()),
+        setup=tuple(setup or ()),
+        modules=tuple(module or ()),
+        env=tuple(env or ()),
         task_args=task_args,
         python=python,
         venv=venv,

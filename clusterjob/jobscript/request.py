@@ -79,6 +79,9 @@ class JobRequest:
     command: bool = False  # True: run script + args as given (clusterjob.jobscript.program)
     launcher: str | None = None  # torchrun | srun | none; None: chosen from nodes and tasks
     launcher_args: tuple[str, ...] = ()  # the user's own torchrun or srun options
+    setup: tuple[str, ...] = ()  # --setup: shell lines run before the program, verbatim
+    modules: tuple[str, ...] = ()  # --module: `module load NAME`, in order
+    env: tuple[str, ...] = ()  # --env KEY=VALUE, exported (the value quoted)
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class ResolvedJob:
     interpreter: Interpreter | None = None  # None: nothing chose one (render falls back)
     runs_python: bool = True  # the program is "$python" followed by argv
     launcher: str = "none"  # what starts the program: torchrun | srun | none (LAUNCHERS)
+    env: tuple[tuple[str, str], ...] = ()  # --env as (KEY, VALUE)
     argv: tuple[str, ...] = ()  # the program's words (after "$python" when runs_python)
 
 
@@ -489,6 +493,34 @@ def choose_launcher(request: JobRequest) -> str:
     return launcher
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_setup(request: JobRequest) -> tuple[tuple[str, str], ...]:
+    """``--setup`` lines are one line each; ``--module`` names one module; ``--env`` is
+    KEY=VALUE with KEY a shell variable name. Returns the ``--env`` pairs."""
+    for line in request.setup:
+        check_no_nul(line, "--setup")
+        if "\n" in line or "\r" in line:
+            raise UsageError(f"--setup {line!r}: one line each (repeat --setup for more)")
+        if not line.strip():
+            raise UsageError("--setup must not be empty")
+    for name in request.modules:
+        check_no_nul(name, "--module")
+        if not name or any(c.isspace() for c in name):
+            raise UsageError(f"--module {name!r}: one module name (repeat --module for more)")
+    pairs = []
+    for item in request.env:
+        check_no_nul(item, "--env")
+        key, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(key):
+            raise UsageError(
+                f"--env {item!r}: expected KEY=VALUE with KEY a variable name (e.g. HF_HOME=/data)"
+            )
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
 def program_argv(request: JobRequest) -> tuple[bool, tuple[str, ...]]:
     """Whether the job's Python starts the program, and the words that follow: a script runs
     as ``"$python" SCRIPT ARGS``; a command as given, ``python``/``python3`` there meaning the
@@ -594,4 +626,5 @@ def resolve(
         runs_python=runs_python,
         argv=argv,
         launcher=launcher,
+        env=check_setup(request),
     )

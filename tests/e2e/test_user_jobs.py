@@ -166,3 +166,28 @@ def test_srun_starts_tasks_per_node_tasks(cj: Cli, sandbox: Sandbox) -> None:
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
     procids = sorted(m for m in re.findall(r"^SLURM_PROCID=(\d+)$", out, re.M))
     assert procids == ["0", "1"], out
+
+
+def test_setup_module_and_env_reach_the_program(cj: Cli, sandbox: Sandbox, tmp_path: Path) -> None:
+    """--env, --module (Debian's environment-modules, which scripts/test.sh installs, loading
+    a modulefile made here; a stand-in `module` function where it is missing) and --setup."""
+    modulefiles = tmp_path / "modulefiles"
+    (modulefiles / "probe").mkdir(parents=True)
+    (modulefiles / "probe" / "1.0").write_text("#%Module1.0\nsetenv PROBE_MODULE loaded-1.0\n")
+    extra_env = {}
+    real = Path("/usr/share/modules/init/bash").is_file()
+    if not real:
+        extra_env["BASH_FUNC_module%%"] = "() { export PROBE_MODULE=loaded-1.0; }"
+    proc = cj(
+        "submit", "--site", str(sandbox.site_path), "--gpus", "1", "--model", "A100",
+        "--env", f"MODULEPATH={modulefiles}", "--env", "GREETING=a b $(nope)",
+        "--module", "probe/1.0", "--setup", "export FROM_SETUP=$((6 * 7))",
+        "--", "bash", "-c", 'echo "probe: $PROBE_MODULE [$GREETING] $FROM_SETUP"',
+        extra_env=extra_env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.split("Submitted job ")[1].split()[0]
+    row = wait_status(cj, job, finished)
+    out = logs(cj, job)
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
+    assert "probe: loaded-1.0 [a b $(nope)] 42" in out.splitlines(), out
