@@ -503,6 +503,41 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         ),
         [],
     ),
+    "job's CPUs on the GPU's NUMA node": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, cpu_affinity="0-15,32-47")),
+            allocation=alloc(0),
+            job_cpus=frozenset({3, 4}),
+        ),
+        [],
+    ),
+    "job's CPUs all on the other NUMA node": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, cpu_affinity="0-15,32-47")),
+            allocation=alloc(0),
+            job_cpus=frozenset({16, 17, 48}),
+        ),
+        [("numa-affinity", "warning", 0)],
+    ),
+    "far GPU of another job is not the job's concern": (
+        dict(
+            node_map=slots("A100", "A100"),
+            inventory=inv(gpu(0, A100, cpu_affinity="0-15"), gpu(1, A100, cpu_affinity="16-31")),
+            allocation=alloc(1),
+            job_cpus=frozenset({16}),
+        ),
+        [],
+    ),
+    "job's CPUs unknown (the Prolog): no NUMA check": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, cpu_affinity="0-15")),
+            allocation=alloc(0),
+        ),
+        [],
+    ),
     "error override keeps another job's GPU a warning, and information information": (
         dict(
             node_map=slots("A100", "A100"),
@@ -654,6 +689,7 @@ DOCUMENTED_IDS = {
     "gpu-busy",
     "persistence-off",
     "driver-version",
+    "numa-affinity",
 }
 RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 

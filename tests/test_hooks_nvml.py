@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from trusted_tree import trusted_tmp_dir
 
+from clusterjob.gpu.inventory import cpu_list
 from clusterjob.sandbox.standin import StandinScenario, a100, h100, v100, write_scenario
 
 pytestmark = pytest.mark.nvml
@@ -106,7 +107,9 @@ class Node:
         write_scenario(self.scenario_path, scenario)
         return self
 
-    def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, cpus: set[int] | None = None
+    ) -> subprocess.CompletedProcess:
         full = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "PYTHONPATH": PYTHONPATH,
@@ -124,6 +127,7 @@ class Node:
             text=True,
             timeout=120,
             check=False,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
 
     def prolog(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -814,3 +818,28 @@ def test_prolog_site_severity_for_a_check(
         assert done.stderr == ""
     else:
         assert done.stderr.startswith(first)
+
+
+# -- NUMA: the job's CPUs (its affinity inside the job) against each of its GPUs ---------
+
+MY_CPUS = sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(len(MY_CPUS) < 2, reason="needs two CPUs to put a job away from a GPU")
+@pytest.mark.parametrize("near", [True, False], ids=["near", "far"])
+def test_preflight_numa_affinity(node: Node, near: bool) -> None:
+    job_cpu, other = MY_CPUS[0], MY_CPUS[1:]
+    gpu_cpus = cpu_list([job_cpu] if near else other)
+    node.setup(mixed(**{"1": {"cpu_affinity": gpu_cpus}}))
+    env = preflight_env(node, SLURM_JOB_GPUS="1", CUDA_VISIBLE_DEVICES="1")
+    done = node.run("preflight", env=env, cpus={job_cpu})
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    if near:
+        assert warnings == []
+    else:
+        assert warnings == [
+            f"warning: numa-affinity: gpu2: slot 1 (0000:0b:00.0): NVIDIA A100-SXM4-80GB: the "
+            f"job's CPUs ({job_cpu}) are all away from this GPU's NUMA node (CPUs {gpu_cpus}) "
+            "-- ask for --gres-flags=enforce-binding, or give gres.conf Cores="
+        ]

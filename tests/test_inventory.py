@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes.util
+import os
 import time
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 from standin_fixtures import inventory_in_child
 
 from clusterjob.errors import NvmlError
-from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, clock_event_names
+from clusterjob.gpu.inventory import (
+    Gpu,
+    GpuInventory,
+    GpuProcess,
+    clock_event_names,
+    cpu_list,
+    parse_cpu_list,
+)
 from clusterjob.sandbox.standin import (
     GIB,
     StandinScenario,
@@ -121,7 +129,7 @@ def test_unsupported_fields_are_none(standin_lib, tmp_path):
         "0000:07:00.0",
         0,
         unsupported=("ecc", "remap", "mig", "serial", "persistence", "memory", "minor", "pcie",
-                     "temperature", "clocks", "nvlink", "fabric"),
+                     "temperature", "clocks", "nvlink", "fabric", "affinity"),
     )  # fmt: skip
     inv = _inventory(standin_lib, StandinScenario(gpus=(gpu,)), tmp_path)
     (g,) = inv.gpus
@@ -295,3 +303,24 @@ def test_link_clock_and_fabric_values(standin_lib, tmp_path):
     assert (g1.temperature, g1.temperature_slowdown) == (71, 87)
     assert g2.nvlink_active == (True,) * 6  # SXM2: six links
     assert (g2.fabric_state, g2.fabric_status) == (None, None)  # no NVSwitch fabric to ask
+
+
+def test_cpu_affinity_as_a_cpu_list(standin_lib, tmp_path):
+    """NVML is asked for as many CPUs as this machine has configured (a GPU cannot be near
+    a CPU that does not exist): the stand-in's list is cut there too."""
+    n = os.sysconf("SC_NPROCESSORS_CONF")
+    scenario = StandinScenario(
+        gpus=(
+            h100("0000:18:00.0", 0, cpu_affinity=f"0,{n - 1},{n + 64}"),
+            h100("0000:2a:00.0", 1),  # unset: every configured CPU
+        )
+    )
+    g0, g1 = _inventory(standin_lib, scenario, tmp_path).gpus
+    assert g0.cpu_affinity == ("0" if n == 1 else f"0,{n - 1}" if n > 2 else "0-1")
+    assert g1.cpu_affinity == ("0" if n == 1 else f"0-{n - 1}")
+
+
+def test_cpu_lists_round_trip():
+    assert cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
+    assert parse_cpu_list("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
+    assert parse_cpu_list("") == frozenset() and cpu_list(()) == ""

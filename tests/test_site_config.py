@@ -66,8 +66,9 @@ EXPECTED: dict[str, list[str]] = {
         "16: checks.severity.pcie-slow: unknown check id; valid: alloc-count, alloc-env, "
         "alloc-model, alloc-slot, clocks-throttled, cuda-order, driver-version, "
         "ecc-uncorrectable, gpu-busy, gpu-count, gpu-extra, gpu-hot, gpu-lost, gpu-missing, "
-        "gpu-uuid, gres-index, mig-pending, model-mismatch, node-unmapped, nvlink-down, "
-        "nvlink-fabric, pcie-degraded, persistence-off, row-remap-failure, row-remap-pending",
+        "gpu-uuid, gres-index, mig-pending, model-mismatch, node-unmapped, numa-affinity, "
+        "nvlink-down, nvlink-fabric, pcie-degraded, persistence-off, row-remap-failure, "
+        "row-remap-pending",
     ],
     "bus_order.yaml": [
         "10: node_map[0].gpus[1].bus_id: GPUs must be listed in PCI bus order: 0000:07:00.0 "

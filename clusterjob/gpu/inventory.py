@@ -7,6 +7,7 @@ and, given a timeout, never blocks past it, even when the driver hangs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
@@ -18,6 +19,8 @@ __all__ = [
     "GpuInventory",
     "GpuProcess",
     "clock_event_names",
+    "cpu_list",
+    "parse_cpu_list",
     "read_inventory",
 ]
 
@@ -33,6 +36,26 @@ CLOCK_EVENT_REASONS: dict[int, str] = {
     0x80: "hw_power_brake",
     0x100: "display_clocks",
 }
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """CPU ids in the Linux list form: {0, 1, 2, 3, 8} -> "0-3,8"."""
+    ranges: list[list[int]] = []
+    for c in sorted(set(cpus)):
+        if ranges and c == ranges[-1][1] + 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """ "0-3,8" -> {0, 1, 2, 3, 8}. Raises ValueError for what is no CPU list."""
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return frozenset(cpus)
 
 
 def clock_event_names(mask: int) -> tuple[str, ...]:
@@ -79,6 +102,7 @@ class Gpu:
     nvlink_active: tuple[bool, ...] | None = None  # per NVLink link; None: no NVLink / unknown
     fabric_state: str | None = None  # NVSwitch fabric: not_started/in_progress/completed
     fabric_status: int | None = None  # nvmlReturn_t of the registration (0: success)
+    cpu_affinity: str | None = None  # the CPUs near the GPU (its NUMA node), "0-31,64-95"
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 from collections.abc import Callable
 from typing import Any
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
-from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, cpu_list
 from clusterjob.pci import normalise_bus_id
 
 __all__ = ["read_nvml"]
@@ -136,7 +137,8 @@ _FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # 0: not 
 
 
 def _read_links(pynvml: Any, handle: Any) -> dict[str, Any]:
-    """PCIe link, temperature, clock-event reasons, NVLink states and NVSwitch fabric.
+    """PCIe link, temperature, clock-event reasons, NVLink states, CPU affinity and NVSwitch
+    fabric.
 
     Each is None when the GPU or driver cannot tell (NOT_SUPPORTED, or a driver too old to
     have the function: pynvml raises FunctionNotFound, an NVMLError, for that too).
@@ -170,6 +172,11 @@ def _read_links(pynvml: Any, handle: Any) -> dict[str, Any]:
             break
         states.append(state == pynvml.NVML_FEATURE_ENABLED)
     out["nvlink_active"] = tuple(states) if states else None
+    words = max(1, ((os.sysconf("SC_NPROCESSORS_CONF") or 1) + 63) // 64)
+    mask = read(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words)
+    if mask is not None:
+        near = [w * 64 + b for w, word in enumerate(mask) for b in range(64) if word >> b & 1]
+        out["cpu_affinity"] = cpu_list(near) or None
     info = pynvml.c_nvmlGpuFabricInfo_t()
     if read(pynvml, pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info)) is not None:
         out["fabric_state"] = _FABRIC_STATES.get(info.state)

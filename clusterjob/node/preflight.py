@@ -7,6 +7,7 @@ neither command hangs on a stuck driver.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -68,5 +69,14 @@ def run_preflight(
         cuda_device_order=environ.get("CUDA_DEVICE_ORDER"),
         driver_min=checks.driver_min,
         severity=checks.severity,
+        job_cpus=_job_cpus(),
     )
     return run_checks(facts)
+
+
+def _job_cpus() -> frozenset[int] | None:
+    """The CPUs this job step may run on (Slurm's cpuset and binding); None: not known."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None

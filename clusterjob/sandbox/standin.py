@@ -56,6 +56,7 @@ UNSUPPORTED_WORDS = (
     "clocks",
     "nvlink",
     "fabric",
+    "affinity",
 )
 FABRIC_STATES = ("not_started", "in_progress", "completed")
 
@@ -104,6 +105,7 @@ class StandinGpu:
     nvlinks_down: tuple[int, ...] = ()  # those links are inactive
     fabric_state: str | None = None  # one of FABRIC_STATES; None: no fabric (NOT_SUPPORTED)
     fabric_status: int = 0  # nvmlReturn_t of the fabric registration
+    cpu_affinity: str | None = None  # CPUs near the GPU, "0-31,64-95"; None: every CPU
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unsupported", tuple(self.unsupported))
@@ -174,6 +176,7 @@ def scenario_text(scenario: StandinScenario) -> str:
             "nvlinks_down": ",".join(map(str, gpu.nvlinks_down)) or None,
             "fabric_state": gpu.fabric_state,
             "fabric_status": gpu.fabric_status,
+            "cpu_affinity": gpu.cpu_affinity,
             "lost_after_calls": gpu.lost_after_calls,
             "hang_seconds": gpu.hang_seconds,
             "unsupported": ",".join(gpu.unsupported) or None,

@@ -20,12 +20,13 @@
  *   gpu.N.nvlinks_down = 3,7     those links are inactive
  *   gpu.N.fabric_state = not_started | in_progress | completed   (unset: NOT_SUPPORTED)
  *   gpu.N.fabric_status = R      nvmlReturn_t of the fabric registration (0: success)
+ *   gpu.N.cpu_affinity = 0-31,64-95   CPUs near the GPU (unset: every configured CPU)
  *   gpu.N.lost_after_calls = K   calls addressing GPU N beyond the first K return GPU_IS_LOST
  *                                (handle lookups count; K = 0 loses the GPU outright)
  *   gpu.N.hang_seconds = S       every call addressing GPU N sleeps S seconds first
  *   gpu.N.unsupported = ecc,remap,mig,serial,...   those calls return NOT_SUPPORTED
  *                      (also: name, uuid, minor, pci, memory, persistence, processes,
- *                       utilization, pcie, temperature, clocks, nvlink, fabric)
+ *                       utilization, pcie, temperature, clocks, nvlink, fabric, affinity)
  *   gpu.N.process.K = pid:used_bytes:name        running compute processes
  * N is the NVML index; GPUs must be numbered 0..count-1 without gaps.
  *
@@ -44,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -69,6 +71,7 @@ enum {
     UNSUP_CLOCKS = 1 << 14,
     UNSUP_NVLINK = 1 << 15,
     UNSUP_FABRIC = 1 << 16,
+    UNSUP_AFFINITY = 1 << 17,
 };
 
 static const struct {
@@ -92,7 +95,11 @@ static const struct {
     {"clocks", UNSUP_CLOCKS},
     {"nvlink", UNSUP_NVLINK},
     {"fabric", UNSUP_FABRIC},
+    {"affinity", UNSUP_AFFINITY},
 };
+
+#define MAX_CPUS 1024
+#define CPU_WORDS (MAX_CPUS / 64)
 
 #define MAX_NVLINKS NVML_NVLINK_MAX_LINKS
 
@@ -125,6 +132,8 @@ struct nvmlDevice_st {
     unsigned char nvlink_down[MAX_NVLINKS];
     int fabric_state; /* -1: NOT_SUPPORTED; else NVML_GPU_FABRIC_STATE_* */
     unsigned int fabric_status;
+    unsigned long long cpu_affinity[CPU_WORDS];
+    int has_cpu_affinity;
     long lost_after_calls; /* -1: never lost */
     double hang_seconds;
     unsigned unsupported;
@@ -256,6 +265,33 @@ static int parse_links(const char *value, unsigned char *down)
     return 0;
 }
 
+/* A Linux CPU list, "0-31,64-95", into a bit mask. */
+static int parse_cpu_list(const char *value, unsigned long long *mask)
+{
+    char buf[1024];
+    if (strlen(value) >= sizeof buf)
+        return -1;
+    strcpy(buf, value);
+    memset(mask, 0, CPU_WORDS * sizeof *mask);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        unsigned int first, last;
+        char *word = trim(tok), *dash = strchr(word, '-');
+        if (dash)
+            *dash = '\0';
+        if (parse_uint(trim(word), MAX_CPUS - 1, &first))
+            return -1;
+        last = first;
+        if (dash && parse_uint(trim(dash + 1), MAX_CPUS - 1, &last))
+            return -1;
+        if (last < first)
+            return -1;
+        for (unsigned int c = first; c <= last; c++)
+            mask[c / 64] |= 1ULL << (c % 64);
+    }
+    return 0;
+}
+
 static int parse_process(const char *value, struct standin_process *p)
 {
     char buf[TEXT * 2];
@@ -361,6 +397,12 @@ static const char *set_gpu_field(struct nvmlDevice_st *g, const char *field, con
     if (!strcmp(field, "fabric_status"))
         return parse_uint(value, 1000000, &g->fabric_status) ? "fabric_status is not a number"
                                                              : NULL;
+    if (!strcmp(field, "cpu_affinity")) {
+        if (parse_cpu_list(value, g->cpu_affinity))
+            return "cpu_affinity is not a CPU list such as 0-31,64-95";
+        g->has_cpu_affinity = 1;
+        return NULL;
+    }
     if (!strcmp(field, "lost_after_calls")) {
         if (parse_ull(value, &n) || n > 1000000000ULL)
             return "lost_after_calls is not a number";
@@ -1121,4 +1163,27 @@ EXPORT nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabr
     ret = fabric(device, &status, &v2->cliqueId, &v2->state);
     v2->status = (nvmlReturn_t)status;
     return ret;
+}
+
+/* cpuSetSize words of 64 bits, CPU 0 in the lowest bit of the first. */
+EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
+                                             unsigned long *cpuSet)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_AFFINITY);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!cpuSet || !cpuSetSize)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int w = 0; w < cpuSetSize; w++) {
+        unsigned long long word = 0;
+        if (device->has_cpu_affinity) {
+            word = w < CPU_WORDS ? device->cpu_affinity[w] : 0;
+        } else {
+            long n = sysconf(_SC_NPROCESSORS_CONF);
+            for (long c = (long)w * 64; c < n && c < (long)(w + 1) * 64; c++)
+                word |= 1ULL << (c % 64);
+        }
+        cpuSet[w] = (unsigned long)word;
+    }
+    return NVML_SUCCESS;
 }

@@ -90,6 +90,7 @@ NODE_CHECK_IDS = (
     "clocks-throttled",
     "gpu-hot",
     "gpu-busy",
+    "numa-affinity",
     "persistence-off",
 )
 CHECK_SEVERITIES = ("error", "warning", "off")

@@ -29,6 +29,7 @@ class Need(str, Enum):
     EXPECT_COUNT = "expect_count"  # how many GPUs the job asked for on this node
     JOB = "job"  # running inside the job (the Prolog runs before CUDA_DEVICE_ORDER is set)
     DRIVER_MIN = "driver_min"  # the site (or the job's partition) names a minimum driver
+    JOB_CPUS = "job_cpus"  # the CPUs the job may run on (inside the job: its affinity)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Facts:
     cuda_device_order: str | None = None  # the job's CUDA_DEVICE_ORDER (job context only)
     driver_min: str | None = None  # the oldest NVIDIA driver the site accepts here
     severity: Mapping[str, str] = field(default_factory=dict)  # check id -> error/warning/off
+    job_cpus: frozenset[int] | None = None  # the job's CPUs (None: not known here)
 
     def has(self, need: Need) -> bool:
         if need is Need.NODE_MAP:
@@ -58,6 +60,8 @@ class Facts:
             return self.expect_count is not None
         if need is Need.DRIVER_MIN:
             return self.driver_min is not None
+        if need is Need.JOB_CPUS:
+            return self.job_cpus is not None
         return self.context is Context.JOB  # Need.JOB
 
     # -- which GPU is in which slot ----------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from clusterjob.gpu.inventory import Gpu
+from clusterjob.gpu.inventory import Gpu, cpu_list, parse_cpu_list
 from clusterjob.node.allocation import Context
 from clusterjob.node.checks.facts import Facts, Need
 from clusterjob.node.checks.findings import Severity
@@ -210,6 +210,26 @@ def gpu_busy(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     severity = None if facts.context is Context.PROLOG else Severity.WARNING
     found = ",".join(str(p.pid) for p in gpu.processes)
     yield _observe(facts, gpu, what, found, severity)
+
+
+@check("numa-affinity", Severity.WARNING, stage=Stage.HEALTH, needs={Need.JOB_CPUS})
+def numa_affinity(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    """Every CPU the job may use is on another NUMA node than a GPU it was given: each
+    host<->GPU copy crosses the socket link."""
+    near_text, job_cpus = gpu.cpu_affinity, facts.job_cpus or frozenset()
+    if gpu.lost or near_text is None or not job_cpus or facts.job_has(gpu) is not True:
+        return
+    try:
+        near = parse_cpu_list(near_text)
+    except ValueError:
+        return
+    if near & job_cpus:
+        return
+    what = (
+        f"the job's CPUs ({cpu_list(job_cpus)}) are all away from this GPU's NUMA node "
+        f"(CPUs {near_text}) -- ask for --gres-flags=enforce-binding, or give gres.conf Cores="
+    )
+    yield _observe(facts, gpu, what, cpu_list(job_cpus), expected=near_text)
 
 
 @check("persistence-off", Severity.WARNING, stage=Stage.HEALTH)
