@@ -9,13 +9,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from slurm_fake import FakeSlurm
 
 from clusterjob.errors import UsageError
-from clusterjob.jobs.avail import format_availability, summarise
+from clusterjob.jobs.avail import (
+    Availability,
+    SkippedNode,
+    availability,
+    format_availability,
+    summarise,
+)
+from clusterjob.jobs.registry import Registry
 from clusterjob.site.loader import load_site
 from clusterjob.site.model import Site
 from clusterjob.slurm.parse import (
     GresEntry,
+    StartEstimate,
     alloc_tres_gpu_counts,
     gpu_counts,
     node_unavailable,
@@ -158,3 +167,108 @@ def test_recorded_sandbox_h1_busy(sandbox_site):
         ("h100", "H100"): (0, 8),
     }
     assert avail.skipped == ()
+
+
+# -- availability(): nodes from scontrol, and Slurm's estimate through sbatch --test-only ------
+
+
+class NodeSlurm(FakeSlurm):
+    """The fake cluster, with recorded ``scontrol show node`` output and the test-only
+    scripts it was given."""
+
+    def __init__(self, node_fixture: str) -> None:
+        super().__init__()
+        self.node_text = (FIXTURES / node_fixture).read_text()
+        self.scripts: list[str] = []
+
+    def _scontrol(self, cmd, timeout):  # type: ignore[no-untyped-def]
+        if cmd[1:3] == ["show", "node"]:
+            return self._ok(cmd, self.node_text)
+        return super()._scontrol(cmd, timeout)
+
+    def _sbatch(self, cmd, timeout):  # type: ignore[no-untyped-def]
+        self.scripts.append(Path(cmd[-1]).read_text())
+        return super()._sbatch(cmd, timeout)
+
+
+@pytest.fixture
+def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def test_availability_with_an_estimate(sandbox_site: Site, data: Path) -> None:
+    slurm = NodeSlurm("scontrol_show_node_detail_sandbox_prolog_drain.txt")
+    avail = availability(sandbox_site, gpus=2, model="a100", client=slurm.client())
+    assert format_availability(avail) == [
+        "PARTITION  MODEL  FREE/TOTAL  MOST ON ONE NODE",
+        "gpu        A100          4/4  2",
+        "not counted: gpu3 is IDLE+DRAIN: Prolog error [root@2026-11-29T16:42:22]",
+        "a job of 2 x A100 would start at 2026-11-29 16:18:15 on gpu1 (partition gpu; "
+        "Slurm's estimate, nothing submitted)",
+    ]
+    assert avail.to_dict() == {
+        "site": "sandbox",
+        "rows": (
+            {"partition": "gpu", "model": "A100", "free": 4, "total": 4,
+             "most_on_one_node": 2, "nodes_free": ("gpu1", "gpu2")},
+        ),
+        "skipped": (
+            {"node": "gpu3", "state": "IDLE+DRAIN",
+             "reason": "Prolog error [root@2026-11-29T16:42:22]"},
+        ),
+        "unknown_use": (),
+        "estimate": {"start": "2026-11-29T16:18:15", "start_text": "2026-11-29T16:18:15",
+                     "nodes": "gpu1", "partition": "gpu", "processors": 1},
+        "request": "2 x A100",
+    }  # fmt: skip
+    [node_query, test_only] = slurm.calls
+    assert node_query == ["scontrol", "show", "node", "-o", "-d"]
+    assert test_only[:2] == ["sbatch", "--test-only"]
+    [script] = slurm.scripts  # the job submit would send: 2 A100s, nothing recorded
+    assert "#SBATCH --gres=gpu:a100:2" in script.splitlines()
+    assert "#SBATCH --job-name=clusterjob-avail" in script.splitlines()
+    assert not (data / "jobs.sqlite").exists() or not Registry().all()
+
+
+def test_availability_without_gpus_asks_no_estimate(sandbox_site: Site, data: Path) -> None:
+    slurm = NodeSlurm("scontrol_show_node_detail_sandbox_h1_busy.txt")
+    avail = availability(sandbox_site, partition="h100", client=slurm.client())
+    assert (avail.estimate, avail.request) == (None, None)
+    assert avail.to_dict()["estimate"] is None
+    assert [r.partition for r in avail.rows] == ["h100"]
+    assert [c[0] for c in slurm.calls] == ["scontrol"]
+    h100 = availability(sandbox_site, gpus=1, model="H100-80GB", client=slurm.client())
+    assert h100.request == "1 x H100"  # the site's name for the alias
+    assert "#SBATCH --gres=gpu:h100:1" in slurm.scripts[-1].splitlines()
+
+
+def test_availability_refusals(sandbox_site: Site, data: Path) -> None:
+    slurm = NodeSlurm("scontrol_show_node_detail_sandbox_h1_busy.txt")
+    with pytest.raises(UsageError) as info:
+        availability(sandbox_site, partition="nope", client=slurm.client())
+    assert str(info.value) == (
+        "unknown partition 'nope' at site sandbox; partitions: gpu, suspect, h100"
+    )
+    assert slurm.calls == []
+    with pytest.raises(UsageError, match=r"^--gpus must be at least 1$"):
+        availability(sandbox_site, gpus=0, client=slurm.client())
+    assert [c[0] for c in slurm.calls] == ["scontrol"]  # nothing sent to sbatch
+
+
+def test_format_availability_without_rows_and_with_unknown_use() -> None:
+    avail = Availability(
+        site="s",
+        rows=(),
+        skipped=(SkippedNode("n1", "DOWN*", None),),
+        unknown_use=("n2", "n3"),
+        estimate=StartEstimate("7", "Unknown", None, 0, "gpu1", "gpu"),
+        request="1 x GPU",
+    )
+    assert format_availability(avail) == [
+        "no usable GPUs match",
+        "not counted: n1 is DOWN*",
+        "not counted: Slurm did not report GPUs in use on n2, n3",
+        "a job of 1 x GPU would start at never (Unknown) on gpu1 (partition gpu; "
+        "Slurm's estimate, nothing submitted)",
+    ]
