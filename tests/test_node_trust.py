@@ -260,3 +260,60 @@ def test_append_refuses_an_untrusted_directory_and_odd_files(root_dir: Path) -> 
     assert _append_refusal(fifo).errno == errno.ENXIO  # no reader: refused, never blocks
     os.mkdir(root_dir / "dir", 0o755)
     assert _append_refusal(root_dir / "dir").errno == errno.EISDIR
+
+
+# -- what mutation testing showed untested ---------------------------------------------------
+
+
+def test_a_path_that_ends_in_a_directory_is_not_a_file(root_dir: Path) -> None:
+    (root_dir / "sub").mkdir(mode=0o755)
+    for path in (Path("/"), root_dir / "sub" / ".."):
+        assert refused(path) == f"{path}: cannot read: Is a directory"
+    err = _append_refusal(root_dir / "sub" / "..")
+    assert (err.errno, err.strerror) == (errno.EISDIR, "Is a directory")
+
+
+def test_dotdot_just_below_the_root_goes_back_to_the_root(root_dir: Path) -> None:
+    site = site_in(root_dir)
+    first = root_dir.parts[1]  # e.g. run: /run/../run/<dir>/site.yaml
+    assert read(Path(f"/{first}/../{str(site).lstrip('/')}"))[1] == str(site)
+
+
+def test_walked_paths_keep_names_ending_in_x_or_a_space(
+    root_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walked path is built by joining names: only a trailing slash may be trimmed."""
+    x_dir = root_dir / "dX"
+    space_dir = x_dir / "e "
+    space_dir.mkdir(mode=0o755, parents=True)
+    x_dir.chmod(0o755)
+    in_x, in_space = site_in(x_dir), site_in(space_dir)
+    assert read(in_x)[1] == str(in_x)
+    assert read(in_space)[1] == str(in_space)
+    monkeypatch.chdir(x_dir)
+    assert read(Path("site.yaml"))[1] == str(in_x)
+    monkeypatch.chdir(space_dir)
+    assert read(Path("site.yaml"))[1] == str(in_space)
+    fd, shown = open_trusted_dir(space_dir)
+    os.close(fd)
+    assert shown == str(space_dir)
+
+
+def test_a_symlink_through_dot_names_the_file(root_dir: Path) -> None:
+    site = site_in(root_dir)
+    (root_dir / "dot.yaml").symlink_to("./site.yaml")
+    assert read(root_dir / "dot.yaml")[1] == str(site)
+
+
+def test_the_descriptor_handed_out_blocks(root_dir: Path) -> None:
+    """Opened without blocking (a FIFO must not hang the open), then read normally."""
+    opened = open_trusted(site_in(root_dir))
+    try:
+        assert os.get_blocking(opened.fd)
+    finally:
+        os.close(opened.fd)
+
+
+def test_append_refuses_a_device(root_dir: Path) -> None:
+    err = _append_refusal(Path("/dev/null"))
+    assert (err.errno, err.strerror) == (errno.EPERM, "refusing it: not a regular file")
