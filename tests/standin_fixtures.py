@@ -22,7 +22,7 @@ import pytest
 
 import clusterjob
 from clusterjob.errors import NvmlError, NvmlErrorKind
-from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, MigDevice
 from clusterjob.sandbox.standin import (
     StandinScenario,
     build_standin_library,
@@ -123,6 +123,8 @@ def inventory_in_child(
             procs = tuple(GpuProcess(**p) for p in procs)
         if g.get("nvlink_active") is not None:
             g["nvlink_active"] = tuple(g["nvlink_active"])
+        if g.get("mig_devices") is not None:
+            g["mig_devices"] = tuple(MigDevice(**m) for m in g["mig_devices"])
         gpus.append(Gpu(**g, processes=procs))
     return GpuInventory(
         gpus=tuple(gpus),

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, MigDevice
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.node.allocation import Allocation, Context, allocation_from_env
 from clusterjob.node.checks import CHECK_IDS, REGISTRY, Facts, Need, PreflightReport, run_checks
@@ -53,6 +53,11 @@ def alloc(*s: int) -> Allocation:
 
 
 MIXED_MAP = slots("A100", "A100", "V100", "V100")
+HALVES = tuple(
+    MigDevice(i, f"MIG-{i}1111111-2222-3333-4444-555555555555", f"{A100} MIG 3g.40gb", 40 * 2**30,
+              i + 1, 0)
+    for i in range(2)
+)  # fmt: skip
 MIXED_INV = inv(gpu(0, A100), gpu(1, A100), gpu(2, V100), gpu(3, V100))
 
 # name -> (Facts fields, expected [(check_id, severity, slot)])
@@ -538,6 +543,73 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         ),
         [],
     ),
+    "MIG slices as the map says": (
+        dict(
+            node_map=(NodeGpu(0, "A100", BUSES[0], mig=("3g.40gb", "3g.40gb")),),
+            inventory=inv(gpu(0, A100, mig_current=True, mig_pending=True, mig_devices=HALVES)),
+            allocation=Allocation(slots=None, mig_devices=(HALVES[1].uuid or "",), source="CVD"),
+        ),
+        [("alloc-env", "info", None)],
+    ),
+    "MIG off where the map lists slices": (
+        dict(
+            node_map=(NodeGpu(0, "A100", BUSES[0], mig=("3g.40gb", "3g.40gb")),),
+            inventory=inv(gpu(0, A100, mig_current=False, mig_pending=False)),
+        ),
+        [("mig-mode", "error", 0)],
+    ),
+    "MIG on where the map says off, on another job's GPU": (
+        dict(
+            node_map=(NodeGpu(0, "A100", BUSES[0], mig=()), NodeGpu(1, "A100", BUSES[1])),
+            inventory=inv(
+                gpu(0, A100, mig_current=True, mig_pending=True, mig_devices=()), gpu(1, A100)
+            ),
+            allocation=alloc(1),
+        ),
+        [("mig-mode", "warning", 0)],
+    ),
+    "MIG mode change pending: mig-pending says it, not mig-mode": (
+        dict(
+            node_map=(NodeGpu(0, "A100", BUSES[0], mig=("3g.40gb",)),),
+            inventory=inv(gpu(0, A100, mig_current=False, mig_pending=True)),
+        ),
+        [("mig-pending", "error", 0)],
+    ),
+    "MIG slices other than the map's": (
+        dict(
+            node_map=(NodeGpu(0, "A100", BUSES[0], mig=("1g.10gb",) * 7),),
+            inventory=inv(gpu(0, A100, mig_current=True, mig_pending=True, mig_devices=HALVES)),
+        ),
+        [("mig-layout", "error", 0)],
+    ),
+    "MIG slices NVML could not list: unknown": (
+        dict(
+            node_map=(NodeGpu(0, "A100", BUSES[0], mig=("1g.10gb",) * 7),),
+            inventory=inv(gpu(0, A100, mig_current=True, mig_pending=True)),
+            allocation=Allocation(slots=None, mig_devices=("MIG-nope",), source="CVD"),
+        ),
+        [("alloc-env", "info", None)],
+    ),
+    "job given a MIG device the node does not have": (
+        dict(
+            node_map=(NodeGpu(0, "A100", BUSES[0]),),
+            inventory=inv(gpu(0, A100, mig_current=True, mig_pending=True, mig_devices=HALVES)),
+            allocation=Allocation(slots=None, mig_devices=("MIG-0000-gone",), source="CVD"),
+        ),
+        [("alloc-env", "info", None), ("alloc-mig", "error", None)],
+    ),
+    "job given a MIG device in the older MIG-GPU-<uuid>/gi/ci form": (
+        dict(
+            node_map=(NodeGpu(0, "A100", BUSES[0]),),
+            inventory=inv(gpu(0, A100, mig_current=True, mig_pending=True, mig_devices=HALVES)),
+            allocation=Allocation(
+                slots=None,
+                mig_devices=("MIG-GPU-00000000-aaaa-bbbb-cccc-000000000000/2/0",),
+                source="CVD",
+            ),
+        ),
+        [("alloc-env", "info", None)],
+    ),
     "error override keeps another job's GPU a warning, and information information": (
         dict(
             node_map=slots("A100", "A100"),
@@ -690,6 +762,9 @@ DOCUMENTED_IDS = {
     "persistence-off",
     "driver-version",
     "numa-affinity",
+    "mig-mode",
+    "mig-layout",
+    "alloc-mig",
 }
 RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 

@@ -17,7 +17,14 @@ import pytest
 from trusted_tree import trusted_tmp_dir
 
 from clusterjob.gpu.inventory import cpu_list
-from clusterjob.sandbox.standin import StandinScenario, a100, h100, v100, write_scenario
+from clusterjob.sandbox.standin import (
+    StandinScenario,
+    a100,
+    h100,
+    mig_uuid_for,
+    v100,
+    write_scenario,
+)
 
 pytestmark = pytest.mark.nvml
 
@@ -45,10 +52,13 @@ def site_yaml(
     nvlinks: int | None = None,
     checks: str = "",
     partition_checks: str = "",
+    slot_extra: dict[int, str] | None = None,
 ) -> str:
     links = "" if nvlinks is None else f", nvlinks: {nvlinks}"
+    extra = slot_extra or {}
     gpus = "\n".join(
-        f'      - {{model: {m}, bus_id: "{b}"{links}}}' for m, b in zip(models, buses, strict=True)
+        f'      - {{model: {m}, bus_id: "{b}"{links}{extra.get(i, "")}}}'
+        for i, (m, b) in enumerate(zip(models, buses, strict=True))
     )
     return f"""\
 site: lab-test
@@ -843,3 +853,93 @@ def test_preflight_numa_affinity(node: Node, near: bool) -> None:
             f"job's CPUs ({job_cpu}) are all away from this GPU's NUMA node (CPUs {gpu_cpus}) "
             "-- ask for --gres-flags=enforce-binding, or give gres.conf Cores="
         ]
+
+
+# -- MIG: the slices NVML lists under each GPU against the node map, and the job's slices ----
+
+
+def migged(*profiles: str, slot: int = 0, **kw: object) -> StandinScenario:
+    """The mixed node with GPU ``slot`` in MIG mode, sliced into ``profiles``."""
+    devices = tuple((p, mig_uuid_for(NODE, slot, k)) for k, p in enumerate(profiles))
+    return mixed(
+        **{str(slot): {"mig_current": True, "mig_pending": True, "mig_devices": devices, **kw}}
+    )
+
+
+HALF = {0: ", mig: [3g.40gb, 3g.40gb]"}
+
+
+def test_prolog_mig_slices_as_the_map_says_pass(node: Node) -> None:
+    node.setup(migged("3g.40gb", "3g.40gb"), slot_extra={**HALF, 1: ", mig: []"})
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "extra", "line"),
+    [
+        (
+            mixed(),
+            HALF,
+            "mig-mode: gpu2: slot 0 (0000:07:00.0): MIG mode is off, the node map says on "
+            "(3g.40gb,3g.40gb) -- nvidia-smi -i 0000:07:00.0 -mig 1 and reset the GPU, or fix "
+            "the node map",
+        ),
+        (
+            migged("1g.10gb", slot=1),
+            {1: ", mig: []"},
+            "mig-mode: gpu2: slot 1 (0000:0b:00.0): MIG mode is on, the node map says off -- "
+            "nvidia-smi -i 0000:0b:00.0 -mig 0 and reset the GPU, or fix the node map",
+        ),
+        (
+            migged("3g.40gb", "2g.20gb", "1g.10gb"),
+            HALF,
+            "mig-layout: gpu2: slot 0 (0000:07:00.0): MIG slices 1g.10gb,2g.20gb,3g.40gb, the "
+            "node map says 3g.40gb,3g.40gb -- recreate the GPU and compute instances "
+            "(nvidia-smi mig -cgi ... -C) or fix the map",
+        ),
+    ],
+    ids=["off-but-map-on", "on-but-map-off", "layout"],
+)
+def test_prolog_mig_against_the_map_drains(
+    node: Node, scenario: StandinScenario, extra: dict[int, str], line: str
+) -> None:
+    node.setup(scenario, slot_extra=extra)
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0,1"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"clusterjob prolog: {line}"]
+
+
+def test_preflight_job_given_a_mig_slice_of_this_node(node: Node) -> None:
+    scenario = migged("3g.40gb", "3g.40gb")
+    node.setup(scenario, slot_extra=HALF)
+    mine = scenario.gpus[0].mig_devices[1][1]
+    done = node.run("preflight", env=preflight_env(node, CUDA_VISIBLE_DEVICES=mine))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == "preflight gpu2: OK (4 GPU slot(s))"
+
+
+def test_preflight_job_given_a_mig_slice_the_node_does_not_have(node: Node) -> None:
+    node.setup(migged("3g.40gb", "3g.40gb"), slot_extra=HALF)
+    gone = mig_uuid_for("elsewhere")
+    done = node.run("preflight", env=preflight_env(node, CUDA_VISIBLE_DEVICES=gone))
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-2:] == [
+        f"error: alloc-mig: gpu2: CUDA_VISIBLE_DEVICES names {gone}, but NVML lists 2 MIG "
+        "device(s) on this node, none of that name -- the GPU's MIG slices changed under "
+        "Slurm: check gres.conf (AutoDetect=nvml) and the node map",
+        "clusterjob: error: preflight gpu2: FAILED (1 error(s), 0 warning(s))",
+    ]
+
+
+def test_gpus_json_lists_mig_slices(node: Node) -> None:
+    scenario = migged("3g.40gb", "3g.40gb")
+    node.setup(scenario, slot_extra=HALF)
+    done = node.run("gpus", "--json")
+    assert done.returncode == 0, done.stderr
+    gpus = json.loads(done.stdout)["gpus"]
+    assert [m["uuid"] for m in gpus[0]["mig_devices"]] == [
+        u for _, u in scenario.gpus[0].mig_devices
+    ]
+    assert gpus[0]["mig_devices"][0]["name"] == "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+    assert gpus[1]["mig_devices"] is None

@@ -324,3 +324,26 @@ def test_cpu_lists_round_trip():
     assert cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
     assert parse_cpu_list("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
     assert parse_cpu_list("") == frozenset() and cpu_list(()) == ""
+
+
+def test_mig_devices_listed_only_in_mig_mode(standin_lib, tmp_path):
+    slices = (("3g.40gb", "MIG-11111111-2222-3333-4444-555555555555"),
+              ("1g.10gb", "MIG-66666666-2222-3333-4444-555555555555"))  # fmt: skip
+    scenario = StandinScenario(
+        gpus=(
+            a100("0000:07:00.0", 0, mig_current=True, mig_pending=True, mig_devices=slices),
+            a100("0000:0b:00.0", 1, mig_devices=slices[:1]),  # MIG off: NVML lists none
+            a100("0000:48:00.0", 2, mig_current=True, unsupported=("mig",)),
+        )
+    )
+    g0, g1, g2 = _inventory(standin_lib, scenario, tmp_path).gpus
+    assert g0.mig_devices is not None
+    assert [(m.index, m.profile, m.uuid, m.gpu_instance, m.compute_instance)
+            for m in g0.mig_devices] == [
+        (0, "3g.40gb", slices[0][1], 1, 0),
+        (1, "1g.10gb", slices[1][1], 2, 0),
+    ]  # fmt: skip
+    assert g0.mig_devices[0].name == "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+    assert g0.mig_devices[0].memory_total == 40 * GIB
+    assert g1.mig_devices is None
+    assert (g2.mig_current, g2.mig_devices) == (None, None)

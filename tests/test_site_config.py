@@ -64,11 +64,15 @@ EXPECTED: dict[str, list[str]] = {
         "got 'sometimes'",
         "14: checks.driver_min: not an NVIDIA driver version: 'latest' (e.g. \"535.104.05\")",
         "16: checks.severity.pcie-slow: unknown check id; valid: alloc-count, alloc-env, "
-        "alloc-model, alloc-slot, clocks-throttled, cuda-order, driver-version, "
+        "alloc-mig, alloc-model, alloc-slot, clocks-throttled, cuda-order, driver-version, "
         "ecc-uncorrectable, gpu-busy, gpu-count, gpu-extra, gpu-hot, gpu-lost, gpu-missing, "
-        "gpu-uuid, gres-index, mig-pending, model-mismatch, node-unmapped, numa-affinity, "
-        "nvlink-down, nvlink-fabric, pcie-degraded, persistence-off, row-remap-failure, "
-        "row-remap-pending",
+        "gpu-uuid, gres-index, mig-layout, mig-mode, mig-pending, model-mismatch, "
+        "node-unmapped, numa-affinity, nvlink-down, nvlink-fabric, pcie-degraded, "
+        "persistence-off, row-remap-failure, row-remap-pending",
+    ],
+    "bad_mig.yaml": [
+        "8: node_map[0].gpus[0].mig[1]: not a MIG profile: '3g' (e.g. 1g.10gb)",
+        "9: node_map[0].gpus[1].mig: expected a list of strings, got 'yes'",
     ],
     "bus_order.yaml": [
         "10: node_map[0].gpus[1].bus_id: GPUs must be listed in PCI bus order: 0000:07:00.0 "

@@ -18,6 +18,7 @@ __all__ = [
     "Gpu",
     "GpuInventory",
     "GpuProcess",
+    "MigDevice",
     "clock_event_names",
     "cpu_list",
     "parse_cpu_list",
@@ -75,6 +76,25 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """A MIG device (GPU instance + compute instance) NVML lists under its GPU."""
+
+    index: int  # NVML's MIG device index under the GPU
+    uuid: str | None  # "MIG-..."
+    name: str | None  # e.g. "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    memory_total: int | None = None  # bytes
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+
+    @property
+    def profile(self) -> str | None:
+        """ "1g.10gb" from the name NVML gives ("... MIG 1g.10gb"); None when not there."""
+        if not self.name or " MIG " not in self.name:
+            return None
+        return self.name.rsplit(" MIG ", 1)[1].strip() or None
+
+
+@dataclass(frozen=True)
 class Gpu:
     index: int  # NVML index (PCI bus order on current drivers; never trusted alone)
     bus_id: str  # normalised, see clusterjob.pci.normalise_bus_id
@@ -103,6 +123,7 @@ class Gpu:
     fabric_state: str | None = None  # NVSwitch fabric: not_started/in_progress/completed
     fabric_status: int | None = None  # nvmlReturn_t of the registration (0: success)
     cpu_affinity: str | None = None  # the CPUs near the GPU (its NUMA node), "0-31,64-95"
+    mig_devices: tuple[MigDevice, ...] | None = None  # with MIG on; None: MIG off or unknown
 
 
 @dataclass(frozen=True)

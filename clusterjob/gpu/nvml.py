@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
-from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, cpu_list
+from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, MigDevice, cpu_list
 from clusterjob.pci import normalise_bus_id
 
 __all__ = ["read_nvml"]
@@ -108,6 +108,8 @@ def _read_gpu(pynvml: Any, index: int) -> Gpu:
             pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
             pynvml.NVML_VOLATILE_ECC,
         )
+        if fields.get("mig_current"):
+            fields["mig_devices"] = _read_migs(pynvml, handle)
         remapped = read(pynvml, pynvml.nvmlDeviceGetRemappedRows, handle)
         if remapped is not None:
             fields["remapped_rows_pending"] = bool(remapped[2])
@@ -131,6 +133,32 @@ def _read_gpu(pynvml: Any, index: int) -> Gpu:
     fields.setdefault("name", None)
     fields.setdefault("uuid", None)
     return Gpu(index=index, bus_id=bus_id, lost=lost, **fields)
+
+
+def _read_migs(pynvml: Any, handle: Any) -> tuple[MigDevice, ...] | None:
+    """The MIG devices of a GPU in MIG mode; None when NVML cannot list them. An index
+    without a device (NOT_FOUND: that slice is not created) is skipped."""
+    read = _optional
+    count = read(pynvml, pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+    if count is None:
+        return None
+    out = []
+    for i in range(count):
+        mig = read(pynvml, pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+        if mig is None:
+            continue
+        memory = read(pynvml, pynvml.nvmlDeviceGetMemoryInfo, mig)
+        out.append(
+            MigDevice(
+                index=i,
+                uuid=read(pynvml, pynvml.nvmlDeviceGetUUID, mig),
+                name=read(pynvml, pynvml.nvmlDeviceGetName, mig),
+                memory_total=memory.total if memory is not None else None,
+                gpu_instance=read(pynvml, pynvml.nvmlDeviceGetGpuInstanceId, mig),
+                compute_instance=read(pynvml, pynvml.nvmlDeviceGetComputeInstanceId, mig),
+            )
+        )
+    return tuple(out)
 
 
 _FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # 0: not supported

@@ -106,10 +106,13 @@ class StandinGpu:
     fabric_state: str | None = None  # one of FABRIC_STATES; None: no fabric (NOT_SUPPORTED)
     fabric_status: int = 0  # nvmlReturn_t of the fabric registration
     cpu_affinity: str | None = None  # CPUs near the GPU, "0-31,64-95"; None: every CPU
+    mig_devices: tuple[tuple[str, str], ...] = ()  # (profile, MIG UUID); NVML lists them
+    # only while mig_current is on, named "<name> MIG <profile>"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unsupported", tuple(self.unsupported))
         object.__setattr__(self, "nvlinks_down", tuple(self.nvlinks_down))
+        object.__setattr__(self, "mig_devices", tuple(tuple(m) for m in self.mig_devices))
         if self.fabric_state is not None and self.fabric_state not in FABRIC_STATES:
             raise ValueError(
                 f"fabric_state: {self.fabric_state!r} (valid: {', '.join(FABRIC_STATES)} or None)"
@@ -190,6 +193,8 @@ def scenario_text(scenario: StandinScenario) -> str:
             if "\n" in text or text != text.strip():
                 raise ValueError(f"gpu {n} {key}: {text!r} cannot be written on one line")
             lines.append(f"{p}{key} = {text}")
+        for k, (profile, mig_uuid) in enumerate(gpu.mig_devices):
+            lines.append(f"{p}mig.{k} = {profile}:{mig_uuid}")
         for k, proc in enumerate(gpu.processes):
             lines.append(f"{p}process.{k} = {proc.pid}:{proc.used_memory}:{proc.name}")
     return "\n".join(lines) + "\n"
@@ -285,6 +290,11 @@ def preload_standin(lib: Path | str) -> None:
 def _uuid_for(*parts: object) -> str:
     h = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def mig_uuid_for(*parts: object) -> str:
+    """A stable MIG device UUID (``MIG-`` and a GPU-style UUID body) for a test scenario."""
+    return "MIG-" + _uuid_for("mig", *parts)[4:]
 
 
 def _serial_for(*parts: object) -> str:

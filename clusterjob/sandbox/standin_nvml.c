@@ -21,6 +21,8 @@
  *   gpu.N.fabric_state = not_started | in_progress | completed   (unset: NOT_SUPPORTED)
  *   gpu.N.fabric_status = R      nvmlReturn_t of the fabric registration (0: success)
  *   gpu.N.cpu_affinity = 0-31,64-95   CPUs near the GPU (unset: every configured CPU)
+ *   gpu.N.mig.K = 1g.10gb:MIG-<uuid>   MIG device K (GPU instance K+1, compute instance 0),
+ *                                named "<GPU name> MIG 1g.10gb"; listed only with mig_current
  *   gpu.N.lost_after_calls = K   calls addressing GPU N beyond the first K return GPU_IS_LOST
  *                                (handle lookups count; K = 0 loses the GPU outright)
  *   gpu.N.hang_seconds = S       every call addressing GPU N sleeps S seconds first
@@ -98,6 +100,7 @@ static const struct {
     {"affinity", UNSUP_AFFINITY},
 };
 
+#define MAX_MIGS 7
 #define MAX_CPUS 1024
 #define CPU_WORDS (MAX_CPUS / 64)
 
@@ -134,6 +137,9 @@ struct nvmlDevice_st {
     unsigned int fabric_status;
     unsigned long long cpu_affinity[CPU_WORDS];
     int has_cpu_affinity;
+    struct nvmlDevice_st *parent; /* a MIG device's GPU; NULL for a GPU */
+    unsigned int gpu_instance, compute_instance;
+    int nmigs;
     long lost_after_calls; /* -1: never lost */
     double hang_seconds;
     unsigned unsupported;
@@ -143,6 +149,7 @@ struct nvmlDevice_st {
 };
 
 static struct nvmlDevice_st gpus[MAX_GPUS];
+static struct nvmlDevice_st migs[MAX_GPUS][MAX_MIGS];
 static unsigned int gpu_count;
 static char driver_version[TEXT];
 static int cuda_driver_version;
@@ -403,6 +410,30 @@ static const char *set_gpu_field(struct nvmlDevice_st *g, const char *field, con
         g->has_cpu_affinity = 1;
         return NULL;
     }
+    if (!strncmp(field, "mig.", 4)) {
+        char *end, buf[TEXT * 2];
+        long k = strtol(field + 4, &end, 10);
+        if (*end || end == field + 4 || k < 0 || k >= MAX_MIGS)
+            return "bad MIG device number (0..6)";
+        if (strlen(value) >= sizeof buf)
+            return "MIG device too long";
+        strcpy(buf, value);
+        char *colon = strchr(buf, ':');
+        if (!colon)
+            return "MIG device must be profile:MIG-uuid";
+        *colon = '\0';
+        struct nvmlDevice_st *m = &migs[g - gpus][k];
+        if (copy_text(m->name, trim(buf)) || copy_text(m->uuid, trim(colon + 1)))
+            return "MIG device too long";
+        m->defined = 1;
+        m->parent = g;
+        m->gpu_instance = (unsigned int)k + 1;
+        m->memory_total = strtoull(strchr(m->name, '.') ? strchr(m->name, '.') + 1 : "0", NULL,
+                                   10) << 30; /* "1g.10gb": 10 GiB */
+        if (k + 1 > g->nmigs)
+            g->nmigs = (int)k + 1;
+        return NULL;
+    }
     if (!strcmp(field, "lost_after_calls")) {
         if (parse_ull(value, &n) || n > 1000000000ULL)
             return "lost_after_calls is not a number";
@@ -470,6 +501,7 @@ static const char *set_key(const char *key, const char *value)
 static void reset_scenario(void)
 {
     memset(gpus, 0, sizeof gpus);
+    memset(migs, 0, sizeof migs);
     for (int i = 0; i < MAX_GPUS; i++) {
         gpus[i].lost_after_calls = -1;
         gpus[i].persistence = 1;
@@ -559,6 +591,20 @@ static nvmlReturn_t load_scenario(void)
                 path, i);
             ret = NVML_ERROR_UNKNOWN;
         }
+        for (int k = 0; ret == NVML_SUCCESS && k < gpus[i].nmigs; k++) {
+            struct nvmlDevice_st *m = &migs[i][k];
+            char full[TEXT * 2];
+            if (!m->defined) {
+                say("%s: gpu.%u.mig.%d missing (MIG devices are numbered 0..K-1)", path, i, k);
+                ret = NVML_ERROR_UNKNOWN;
+                break;
+            }
+            snprintf(full, sizeof full, "%s MIG %s", gpus[i].name, m->name);
+            if (copy_text(m->name, full)) {
+                say("%s: gpu.%u.mig.%d: name too long", path, i, k);
+                ret = NVML_ERROR_UNKNOWN;
+            }
+        }
         for (int k = 0; ret == NVML_SUCCESS && k < gpus[i].nprocs; k++)
             if (!gpus[i].procs[k].pid) {
                 say("%s: gpu.%u.process.%d missing (processes are numbered 0..K-1)", path, i, k);
@@ -573,6 +619,15 @@ static nvmlReturn_t touch(nvmlDevice_t dev, unsigned unsupported_bit)
 {
     if (!refcount)
         return NVML_ERROR_UNINITIALIZED;
+    if (dev && dev >= &migs[0][0] && dev < &migs[0][0] + MAX_GPUS * MAX_MIGS) {
+        nvmlReturn_t ret; /* a MIG device: its GPU answers for hangs, loss and support */
+        if (!dev->defined || !dev->parent->mig_current)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        ret = touch(dev->parent, 0);
+        if (ret == NVML_SUCCESS && (dev->parent->unsupported & unsupported_bit))
+            ret = NVML_ERROR_NOT_SUPPORTED;
+        return ret;
+    }
     if (!dev || dev < gpus || dev >= gpus + gpu_count)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (dev->hang_seconds > 0) {
@@ -1185,5 +1240,82 @@ EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int c
         }
         cpuSet[w] = (unsigned long)word;
     }
+    return NVML_SUCCESS;
+}
+
+/* ---- MIG devices --------------------------------------------------------------------- */
+
+static int is_mig(nvmlDevice_t dev)
+{
+    return dev >= &migs[0][0] && dev < &migs[0][0] + MAX_GPUS * MAX_MIGS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_MIG);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!count || is_mig(device))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = device->mig_current ? MAX_MIGS : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                        nvmlDevice_t *migDevice)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_MIG);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!migDevice || is_mig(device) || index >= MAX_MIGS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->mig_current || (int)index >= device->nmigs)
+        return NVML_ERROR_NOT_FOUND;
+    *migDevice = &migs[device - gpus][index];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    nvmlReturn_t ret = touch(device, 0);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!isMigDevice)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isMigDevice = is_mig(device) ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                                                 nvmlDevice_t *device)
+{
+    nvmlReturn_t ret = touch(migDevice, 0);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!device || !is_mig(migDevice))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = migDevice->parent;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    nvmlReturn_t ret = touch(device, 0);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!id || !is_mig(device))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = device->gpu_instance;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    nvmlReturn_t ret = touch(device, 0);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!id || !is_mig(device))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = device->compute_instance;
     return NVML_SUCCESS;
 }

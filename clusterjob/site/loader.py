@@ -87,7 +87,8 @@ _JOB_KEYS = {"python": False, "venv": False, "conda": False, "setup": False}
 _DEFAULTS_KEYS = {"account": False, "qos": False, "cpus_per_gpu": False, "mem_per_gpu": False}
 _NODE_ENTRY_KEYS = {"nodes": True, "gpus": True}
 _MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS of current drivers (18 on Hopper boards)
-_GPU_SLOT_KEYS = {"model": True, "bus_id": False, "uuid": False, "nvlinks": False}
+_GPU_SLOT_KEYS = {"model": True, "bus_id": False, "uuid": False, "nvlinks": False, "mig": False}
+_MIG_PROFILE = re.compile(r"^[0-9]+g\.[0-9]+gb(\+[a-z0-9]+)*$")  # 1g.10gb, 1g.10gb+me
 _PROLOG_KEYS = {"on_error": False, "deadline_seconds": False, "log": False}
 _CHECKS_KEYS = {"driver_min": False, "severity": False}
 _DRIVER_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
@@ -447,11 +448,33 @@ def _read_gpus(
         if model is INVALID or bus_id is INVALID or uuid is INVALID or model is None:
             bad = True
             continue
-        if nvlinks is INVALID:
+        mig = _read_mig(v, fields, spath)
+        if nvlinks is INVALID or mig is INVALID:
             bad = True
             continue
-        slots.append(NodeGpu(slot=i, model=model, bus_id=bus_id, uuid=uuid, nvlinks=nvlinks))
+        slots.append(
+            NodeGpu(slot=i, model=model, bus_id=bus_id, uuid=uuid, nvlinks=nvlinks, mig=mig)
+        )
     return None if bad else tuple(slots)
+
+
+def _read_mig(
+    v: Validator, fields: dict[str, Entry], spath: str
+) -> tuple[str, ...] | None | Invalid:
+    """A slot's ``mig``: the profiles of its MIG slices ([] for MIG off), as NVML names them."""
+    if "mig" not in fields:
+        return None
+    path = join_path(spath, "mig")
+    items = v.string_list(fields["mig"].value, path)
+    if items is None:
+        return INVALID
+    profiles = []
+    for i, (profile, node) in enumerate(items):
+        if not _MIG_PROFILE.match(profile):
+            v.error(line_of(node), f"{path}[{i}]", f"not a MIG profile: {profile!r} (e.g. 1g.10gb)")
+            return INVALID
+        profiles.append(profile)
+    return tuple(profiles)
 
 
 def _check_bus_id(

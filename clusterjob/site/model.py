@@ -84,6 +84,9 @@ NODE_CHECK_IDS = (
     "row-remap-failure",
     "row-remap-pending",
     "mig-pending",
+    "mig-mode",
+    "mig-layout",
+    "alloc-mig",
     "pcie-degraded",
     "nvlink-down",
     "nvlink-fabric",
@@ -133,6 +136,7 @@ class NodeGpu:
     bus_id: str | None = None  # normalised with clusterjob.pci.normalise_bus_id
     uuid: str | None = None
     nvlinks: int | None = None  # NVLink links that must be active (the slot's nvlinks: key)
+    mig: tuple[str, ...] | None = None  # MIG profiles of its slices; (): MIG off; None: any
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.model import CheckPolicy, NodeGpu, OnError, PrologPolicy, Site
 
-CACHE_FORMAT = 4  # 3: a slot carries nvlinks; 4: check policies
+CACHE_FORMAT = 5  # 3: a slot carries nvlinks; 4: check policies; 5: a slot's MIG profiles
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _to_json(view: NodeView, key: list[Any]) -> str:
             "site": view.site,
             "gpus": None
             if view.gpus is None
-            else [[g.slot, g.model, g.bus_id, g.uuid, g.nvlinks] for g in view.gpus],
+            else [[g.slot, g.model, g.bus_id, g.uuid, g.nvlinks, g.mig] for g in view.gpus],
             "models": {k: list(v) for k, v in view.models.items()},
             "gres_types": dict(view.gres_types),
             "prolog": {
@@ -107,6 +107,12 @@ def _to_json(view: NodeView, key: list[Any]) -> str:
         },
         separators=(",", ":"),
     )
+
+
+def _slot(
+    slot: int, model: str, bus_id: str | None, uuid: str | None, nvlinks: int | None, mig: Any
+) -> NodeGpu:
+    return NodeGpu(slot, model, bus_id, uuid, nvlinks, None if mig is None else tuple(mig))
 
 
 def _policy_json(policy: CheckPolicy) -> list[Any]:
@@ -125,7 +131,7 @@ def _from_json(data: dict[str, Any], source: Path) -> NodeView:
         site=data["site"],
         source=source,
         node=data["node"],
-        gpus=None if gpus is None else tuple(NodeGpu(*g) for g in gpus),
+        gpus=None if gpus is None else tuple(_slot(*g) for g in gpus),
         models={k: tuple(v) for k, v in data["models"].items()},
         gres_types=dict(data["gres_types"]),
         prolog=PrologPolicy(

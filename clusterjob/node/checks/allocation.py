@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from clusterjob.gpu.inventory import Gpu, MigDevice
 from clusterjob.node.checks.facts import Facts, Need
 from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Stage, check
@@ -86,3 +87,43 @@ def alloc_model(facts: Facts) -> Iterator[Observation]:
                 wanted,
                 gpu.name,
             )
+
+
+@check("alloc-mig", Severity.ERROR, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
+def alloc_mig(facts: Facts) -> Iterator[Observation]:
+    """Each MIG device of CUDA_VISIBLE_DEVICES must be a MIG device NVML lists on this node
+    (by UUID, or the older MIG-GPU-<uuid>/<gpu instance>/<compute instance> form)."""
+    migs = facts.allocation.mig_devices if facts.allocation is not None else ()
+    if any(g.mig_current and g.mig_devices is None for g in facts.physical):
+        return  # a GPU in MIG mode whose slices NVML could not list: unknown
+    known = [(g, m) for g in facts.physical for m in g.mig_devices or ()]
+    for text in migs:
+        if any(_names(text, g, m) for g, m in known):
+            continue
+        listed = (
+            f"{len(known)} MIG device(s) on this node, none of that name"
+            if known
+            else ("no MIG device on this node")
+        )
+        yield Observation(
+            f"{facts.node}: CUDA_VISIBLE_DEVICES names {text}, but NVML lists {listed} -- the "
+            "GPU's MIG slices changed under Slurm: check gres.conf (AutoDetect=nvml) and the "
+            "node map",
+            expected="a MIG device of this node",
+            found=text,
+        )
+
+
+def _names(text: str, gpu: Gpu, mig: MigDevice) -> bool:
+    if text.startswith("MIG-GPU-"):  # MIG-GPU-<uuid>/<gi>/<ci>, drivers before R470
+        parts = text[4:].split("/")
+        return (
+            len(parts) == 3
+            and parts[0] == gpu.uuid
+            and parts[1:]
+            == [
+                str(mig.gpu_instance),
+                str(mig.compute_instance),
+            ]
+        )
+    return bool(mig.uuid) and mig.uuid == text

@@ -3,7 +3,7 @@ GRES index the device file Slurm hands out for it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from clusterjob.gpu.inventory import Gpu
 from clusterjob.node.checks.facts import Facts, Need
@@ -107,4 +107,58 @@ def gres_index(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observa
         f"minor {slot.slot}",
         f"minor {gpu.minor}",
         severity=None if slot.slot in facts.allocated_set else Severity.WARNING,
+    )
+
+
+def _others_slot(facts: Facts, slot: NodeGpu) -> Severity | None:
+    """A warning for a slot the job certainly was not given; else the check's own."""
+    if facts.allocated is not None and slot.slot not in facts.allocated_set:
+        return Severity.WARNING
+    return None
+
+
+def _profiles(profiles: Iterable[str | None]) -> str:
+    return ",".join(sorted(p or "?" for p in profiles)) or "none"
+
+
+@check("mig-mode", Severity.ERROR, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+def mig_mode(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
+    """MIG on where the map's slot says ``mig: []`` (off), or off where it lists slices. A
+    change already pending a reset is ``mig-pending``'s to report."""
+    if gpu is None or gpu.lost or slot.mig is None or gpu.mig_current is None:
+        return
+    want = bool(slot.mig)
+    if gpu.mig_current == want or gpu.mig_pending == want:
+        return
+    now, then = ("on", "off") if gpu.mig_current else ("off", "on")
+    yield Observation(
+        f"{facts.where(slot.slot, gpu.bus_id)}: MIG mode is {now}, the node map says {then}"
+        f"{f' ({_profiles(slot.mig)})' if want else ''} -- nvidia-smi -i {gpu.bus_id} -mig "
+        f"{int(want)} and reset the GPU, or fix the node map",
+        slot.slot,
+        gpu.bus_id,
+        f"mig {then}",
+        f"mig {now}",
+        severity=_others_slot(facts, slot),
+    )
+
+
+@check("mig-layout", Severity.ERROR, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+def mig_layout(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
+    """The MIG slices NVML lists against the profiles the map's slot names."""
+    if gpu is None or gpu.lost or not slot.mig or not gpu.mig_current:
+        return
+    if gpu.mig_devices is None:
+        return  # NVML could not list them: unknown
+    found, wanted = _profiles(m.profile for m in gpu.mig_devices), _profiles(slot.mig)
+    if found == wanted:
+        return
+    yield Observation(
+        f"{facts.where(slot.slot, gpu.bus_id)}: MIG slices {found}, the node map says {wanted} "
+        "-- recreate the GPU and compute instances (nvidia-smi mig -cgi ... -C) or fix the map",
+        slot.slot,
+        gpu.bus_id,
+        wanted,
+        found,
+        severity=_others_slot(facts, slot),
     )
