@@ -102,8 +102,8 @@ REQUEST_CASES: list[tuple[str, list[str], str]] = [
     ("$() as --model", ["--model", "$(id)"], "unknown GPU model '$(id)'"),
     ("backticks as --model", ["--model", "`id`"], "unknown GPU model '`id`'"),
     ("bad --nodelist", ["--nodelist", "n[1-"], "--nodelist: not a Slurm hostlist"),
-    ("zero GPUs", ["--gpus", "0"], "--gpus must be at least 1"),
-    ("negative GPUs", ["--gpus", "-1"], "--gpus must be at least 1"),
+    ("a model for zero GPUs", ["--gpus", "0"], "--model asks for GPUs, but this is a CPU-only job"),
+    ("negative GPUs", ["--gpus", "-1"], "--gpus must be 0 (a CPU-only job) or more"),
     ("GPUs as a word", ["--gpus", "two"], "Invalid value for '--gpus'"),
     ("missing script", ["--script-missing"], "script not found"),
 ]  # fmt: skip

@@ -582,3 +582,42 @@ def test_setup_mistakes_are_one_line_exit_2(
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith(f"clusterjob: error: {message}"), err
+
+
+# -- CPU-only jobs ----------------------------------------------------------------------------
+
+
+def test_a_cpu_only_job_asks_for_no_gpus_and_checks_none() -> None:
+    site = load_site(MLLAB)
+    job = resolve(site, JobRequest("train.py", gpus=0, python="/bin/sh"))
+    assert (job.model, job.gres.options, job.partition.name) == (None, (), "gpu")
+    # the partition's per-GPU defaults mean nothing without GPUs (Slurm refuses them)
+    assert (job.cpus_per_gpu, job.mem_per_gpu, job.account) == (None, None, "mllab")
+    script = render(site, job).script
+    assert not re.search(r"gres|gpus-per|per-gpu|EXPECT_|preflight$", script, re.M), script
+    assert "# A CPU-only job (--gpus 0): no GPUs to check." in script
+    two = resolve(
+        site, JobRequest("train.py", gpus=0, nodes=2, partition="debug", python="/bin/sh")
+    )
+    assert (two.launcher, two.partition.name) == ("srun", "debug")
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"cpus_per_gpu": 4}, "--cpus-per-gpu asks for GPUs, but this is a CPU-only job"),
+        ({"launcher": "torchrun"}, "--launcher torchrun starts one worker per GPU"),
+        ({"nodes": 3, "partition": "debug"}, "cannot give 3 node(s) in partition debug"),
+        ({"partition": "nope"}, "unknown partition 'nope' at site mllab"),
+    ],
+)
+def test_cpu_only_mistakes(kw: dict[str, object], message: str) -> None:
+    site = load_site(MLLAB)
+    with pytest.raises(UsageError, match="^" + re.escape(message)):
+        resolve(site, JobRequest("train.py", gpus=0, python="/bin/sh", **kw))  # type: ignore[arg-type]
+
+
+def test_no_gpus_option_is_a_cpu_only_job(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["submit", "--site", str(MLLAB), "--dry-run", TRAIN]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --partition=gpu" in out and "--gres" not in out

@@ -67,7 +67,8 @@ def test_dry_run_prints_script_and_sbatch_command(
         ),
         (
             ["--site", MLLAB, "--model", "a100", TRAIN],
-            "clusterjob: error: --gpus is required (GPUs per node, e.g. --gpus 2)",
+            "clusterjob: error: --model asks for GPUs, but this is a CPU-only job (--gpus 0 or "
+            "none): give --gpus N",
         ),
         (
             [TRAIN, "--lr", "3e-4", "--site", MLLAB, "--gpus", "1"],

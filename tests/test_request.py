@@ -229,7 +229,8 @@ def test_gpu_options_in_the_sites_syntax(
             "V100: at most 2 per node (nodes mix01)",
         ),
         (GRES_SITE, dict(model="A100", exclude="gpu-a[01"), "--exclude: not a Slurm hostlist"),
-        (GRES_SITE, dict(model="A100", gpus=0), "--gpus must be at least 1"),
+        (GRES_SITE, dict(model="A100", gpus=0), "--model asks for GPUs, but this is a CPU-only"),
+        (GRES_SITE, dict(gpus=-1), "--gpus must be 0 (a CPU-only job) or more"),
         (GRES_SITE, dict(model="A100", nodes=0), "--nodes must be at least 1"),
         (
             GRES_SITE,

@@ -37,7 +37,10 @@ def submit(
         typer.Argument(help="Arguments for SCRIPT, passed unchanged.", show_default=False),
     ] = None,
     gpus: Annotated[
-        int | None, typer.Option("--gpus", help="GPUs per node.", show_default=False)
+        int | None,
+        typer.Option(
+            "--gpus", help="GPUs per node (0 or none: a CPU-only job).", show_default=False
+        ),
     ] = None,
     model: Annotated[
         str | None,
@@ -181,7 +184,7 @@ def submit(
             raise UsageError(f"--params {params}: cannot read it ({exc})") from None
         task_args = params_task_args(text, str(params))
     if gpus is None:
-        raise UsageError("--gpus is required (GPUs per node, e.g. --gpus 2)")
+        gpus = 0  # a CPU-only job: no GPU request, no GPU check
     program = classify(script, Path.cwd())
     request = JobRequest(
         script=program.script,

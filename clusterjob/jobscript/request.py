@@ -100,7 +100,7 @@ class ResolvedJob:
 
     request: JobRequest
     site_name: str
-    model: GpuModel
+    model: GpuModel | None  # None: a CPU-only job (--gpus 0)
     partition: Partition
     gres: GresRequest
     nodes: int
@@ -194,9 +194,22 @@ def _check_text_fields(request: JobRequest) -> None:
             check_no_nul(arg, "a sweep argument")
     if not _TOKEN.fullmatch(request.token):
         raise UsageError(f"bad submission token {request.token!r}")
-    for name in ("gpus", "nodes", "tasks_per_node"):
+    for name in ("nodes", "tasks_per_node"):
         if getattr(request, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if request.gpus < 0:
+        raise UsageError("--gpus must be 0 (a CPU-only job) or more")
+    if request.gpus == 0:
+        for given, option in (
+            (request.model, "--model"),
+            (request.cpus_per_gpu, "--cpus-per-gpu"),
+            (request.mem_per_gpu, "--mem-per-gpu"),
+        ):
+            if given is not None:
+                raise UsageError(
+                    f"{option} asks for GPUs, but this is a CPU-only job (--gpus 0 or none): "
+                    "give --gpus N"
+                )
     if request.cpus_per_gpu is not None and request.cpus_per_gpu < 1:
         raise UsageError("--cpus-per-gpu must be at least 1")
 
@@ -248,6 +261,32 @@ def _fits(site: Site, partition: Partition, model: str, request: JobRequest) -> 
     if not required <= set(eligible):
         return []
     return eligible if len(eligible) >= request.nodes else []
+
+
+def _cpu_partition(site: Site, request: JobRequest) -> tuple[Partition, list[str]]:
+    """A CPU-only job's partition: the one named, else the default, else the first; its
+    nodes outside --exclude (Slurm places the job, the node map has no say)."""
+    if request.partition is not None:
+        partition = site.partition(request.partition)
+        if partition is None:
+            valid = ", ".join(p.name for p in site.partitions)
+            raise UsageError(
+                f"unknown partition {request.partition!r} at site {site.name}; "
+                f"valid partitions: {valid}"
+            )
+    else:
+        ordered = sorted(site.partitions, key=lambda p: not p.default)
+        if not ordered:
+            raise UsageError(f"site {site.name} has no partitions for a CPU-only job")
+        partition = ordered[0]
+    excluded = _expand(request.exclude, "--exclude")
+    eligible = [n for n in partition.node_names if n not in excluded]
+    if len(eligible) < request.nodes:
+        raise UsageError(
+            f"cannot give {request.nodes} node(s) in partition {partition.name} at site "
+            f"{site.name}: it has {len(eligible)}"
+        )
+    return partition, eligible
 
 
 def _choose_partition(
@@ -473,7 +512,17 @@ def choose_launcher(request: JobRequest) -> str:
     launcher = request.launcher
     tasks = request.tasks_per_node
     if launcher is None:
-        launcher = "srun" if tasks > 1 else ("torchrun" if request.nodes > 1 else "none")
+        several = request.nodes > 1
+        launcher = (
+            "srun"
+            if tasks > 1 or (several and request.gpus == 0)
+            else ("torchrun" if several else "none")
+        )
+    if launcher == "torchrun" and request.gpus == 0:
+        raise UsageError(
+            "--launcher torchrun starts one worker per GPU, and this job has none (--gpus 0): "
+            "use --launcher srun"
+        )
     if launcher not in LAUNCHERS:
         raise UsageError(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
     if tasks > 1 and launcher == "torchrun":
@@ -572,8 +621,12 @@ def resolve(
     """
     _check_text_fields(request)
     request, notes = _array_and_signal(request)
-    model = _find_model(site, request)
-    partition, eligible = _choose_partition(site, model, request)
+    model: GpuModel | None = None
+    if request.gpus == 0:
+        partition, eligible = _cpu_partition(site, request)
+    else:
+        model = _find_model(site, request)
+        partition, eligible = _choose_partition(site, model, request)
     if request.time is not None:
         try:
             wanted = time_seconds(request.time)
@@ -585,7 +638,12 @@ def resolve(
                 f"--time {request.time} is longer than partition {partition.name}'s limit "
                 f"{partition.time_limit} at site {site.name}"
             )
-    gres, constraint = gres_request(site, model, request.gpus, request.nodes, request.constraint)
+    if model is None:
+        gres, constraint = GresRequest((), 0, request.nodes, None), request.constraint
+    else:
+        gres, constraint = gres_request(
+            site, model, request.gpus, request.nodes, request.constraint
+        )
     interpreter = _interpreter(site, partition, request, os.environ if environ is None else environ)
     if interpreter is not None:
         request = replace(
@@ -596,6 +654,8 @@ def resolve(
             python_why=interpreter.why,
         )
     defaults = partition.defaults
+    if model is None:  # per-GPU defaults mean nothing without GPUs (Slurm refuses them)
+        defaults = replace(defaults, cpus_per_gpu=None, mem_per_gpu=None)
     runs_python, argv = program_argv(request)
     launcher = choose_launcher(request)
     job_name = request.job_name or Path(request.script).stem or "clusterjob"

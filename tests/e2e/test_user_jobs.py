@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import Cli, Sandbox
-from .test_end_to_end import TRAIN, finished, logs, submit, wait_status
+from .test_end_to_end import TRAIN, finished, logs, status, submit, wait_status
 
 pytestmark = pytest.mark.slurm
 
@@ -191,3 +191,20 @@ def test_setup_module_and_env_reach_the_program(cj: Cli, sandbox: Sandbox, tmp_p
     out = logs(cj, job)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
     assert "probe: loaded-1.0 [a b $(nope)] 42" in out.splitlines(), out
+
+
+def test_cpu_only_job_completes_with_the_same_status_and_logs(cj: Cli, sandbox: Sandbox) -> None:
+    """No --gpus: no GPU request, no preflight; registry, status and logs as for any job."""
+    job = submit(cj, sandbox, TRAIN, "--", "--cpu-only-probe")
+    row = wait_status(cj, job, finished)
+    out = logs(cj, job)
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
+    assert not row["gpus"], row  # Slurm gave no GPUs
+    assert "argv[0]='--cpu-only-probe'" in out.splitlines(), out
+    assert "preflight" not in out and "CUDA_VISIBLE_DEVICES=" in out.splitlines(), out
+    (again,) = status(cj, job)
+    assert again["source"] == "registry" and again["state"] == "COMPLETED", again
+    zero = submit(cj, sandbox, "--gpus", "0", "--", "bash", "-c", "echo zero-gpus-ran")
+    row = wait_status(cj, zero, finished)
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), row
+    assert "zero-gpus-ran" in logs(cj, zero)
