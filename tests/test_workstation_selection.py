@@ -320,3 +320,118 @@ def test_ticket_queue_order_and_dead_tickets(tmp_path):
     assert second.waiters_ahead() == [] and queue.live_waiters(qdir) == 1
     second.leave()
     assert list(qdir.iterdir()) == []
+
+
+# -- the ticket queue, piece by piece (what mutation testing showed untested) ----------------
+
+
+@pytest.mark.parametrize(
+    ("name", "number"),
+    [
+        ("000000000007@1000.ticket", 7),
+        ("7.ticket", 7),  # a ticket from before the per-user names
+        (f"{'9' * 18}@0.ticket", 10**18 - 1),
+        (f"{'9' * 19}@0.ticket", None),  # longer than any number take_ticket writes
+        ("x7@0.ticket", None),
+        ("7@1000@0.ticket", 7),
+        ("@0.ticket", None),
+    ],
+)
+def test_ticket_numbers_from_names(name: str, number: int | None) -> None:
+    from clusterjob.workstation import queue
+
+    assert queue._number(Path(name)) == number
+
+
+def _fresh_queue(tmp_path: Path) -> Path:
+    from clusterjob.workstation import queue
+
+    return queue.queue_dir(claims.ensure_shared_dir(tmp_path / "locks"))
+
+
+def test_a_ticket_file_says_who_waits_and_is_0644(tmp_path: Path) -> None:
+    import time
+
+    from clusterjob.workstation import queue
+
+    qdir = _fresh_queue(tmp_path)
+    old = os.umask(0o077)
+    try:
+        ticket = queue.take_ticket(qdir, "python " + "x" * 400)
+    finally:
+        os.umask(old)
+    try:
+        assert stat.S_IMODE(ticket.path.stat().st_mode) == 0o644
+        assert ticket.path.name == f"{1:012d}@{os.geteuid()}{queue.TICKET_SUFFIX}"
+        holder = claims.read_holder(ticket.path)
+        assert holder is not None and holder.pid == os.getpid()
+        assert holder.command == ("python " + "x" * 400)[:300]
+        assert time.time() - 60 < holder.since <= time.time()
+        assert [p.name for p in qdir.iterdir()] == [ticket.path.name]  # no temporary left
+    finally:
+        ticket.leave()
+
+
+def test_a_ticket_taken_meanwhile_is_never_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two takers that listed the queue at the same moment: the link fails, the next free
+    number is tried."""
+    from clusterjob.workstation import queue
+
+    qdir = _fresh_queue(tmp_path)
+    one = queue.take_ticket(qdir, "python one.py")
+    two = queue.take_ticket(qdir, "python two.py")
+    three = queue.take_ticket(qdir, "python three.py")
+    two.leave()
+    monkeypatch.setattr(queue, "_tickets", lambda _qdir: [])  # a listing taken before any
+    late = queue.take_ticket(qdir, "python late.py")
+    try:
+        assert late.number == 2
+        assert claims.read_holder(one.path).command == "python one.py"  # type: ignore[union-attr]
+        assert claims.read_holder(three.path).command == "python three.py"  # type: ignore[union-attr]
+    finally:
+        for t in (one, three, late):
+            t.leave()
+
+
+def test_a_failed_link_leaves_no_temporary_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterjob.workstation import queue
+
+    qdir = _fresh_queue(tmp_path)
+
+    def refuse(src: object, dst: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(queue.os, "link", refuse)
+    with pytest.raises(PermissionError):
+        queue.take_ticket(qdir, "python a.py")
+    assert list(qdir.iterdir()) == []
+
+
+def test_leaving_twice_or_after_the_file_went_is_harmless(tmp_path: Path) -> None:
+    from clusterjob.workstation import queue
+
+    qdir = _fresh_queue(tmp_path)
+    ticket = queue.take_ticket(qdir, "python a.py")
+    ticket.path.unlink()  # cleaned up by someone else already
+    ticket.leave()
+    assert ticket.fd < 0
+    ticket.leave()
+    assert ticket.fd < 0
+
+
+def test_litter_that_cannot_be_removed_does_not_stop_the_queue(tmp_path: Path) -> None:
+    from clusterjob.workstation import queue
+
+    qdir = _fresh_queue(tmp_path)
+    (qdir / f"{1:012d}{queue.TICKET_SUFFIX}").mkdir()  # not a waiter, and unlink fails
+    ticket = queue.take_ticket(qdir, "python a.py")
+    try:
+        assert ticket.number == 2
+        assert ticket.waiters_ahead() == []
+        assert queue.live_waiters(qdir) == 1
+    finally:
+        ticket.leave()
