@@ -52,16 +52,28 @@ def _probe(tmp_path: Path) -> str:
 def test_the_users_venv_runs_the_job_by_default_and_by_option(
     cj: Cli, sandbox: Sandbox, tmp_path: Path, user_venv: Path
 ) -> None:
-    """Default (the venv active at submit), --python and --venv: each job imports the
-    package clusterjob's own venv lacks."""
+    """Default (the venv active at submit), --python, --venv and --conda (a stand-in conda):
+    each job imports the package clusterjob's own venv lacks."""
     assert importlib.util.find_spec(USER_PACKAGE) is None  # clusterjob's venv lacks it
     probe = _probe(tmp_path)
     python = str(user_venv / "bin" / "python")
     active = {"PATH": f"{user_venv / 'bin'}:{os.environ['PATH']}", "VIRTUAL_ENV": str(user_venv)}
     gpu = ("--gpus", "1", "--model", "A100")
     site = ("--site", str(sandbox.site_path))
+    # No real conda installs here (not on PyPI, no micromamba in Debian 12): a stand-in whose
+    # `shell.bash hook` defines `conda` as conda's does, activating the user venv as "ml".
+    conda = tmp_path / "conda" / "bin" / "conda"
+    conda.parent.mkdir(parents=True)
+    conda.write_text(
+        '#!/bin/sh\n[ "$1 $2" = "shell.bash hook" ] || exit 9\n'
+        f"echo 'conda() {{ [ \"$2\" = ml ] && export PATH={user_venv}/bin:$PATH; }}'\n"
+    )
+    conda.chmod(0o755)
     jobs = {
         "default": cj("submit", *site, *gpu, probe, extra_env=active),
+        "--conda": cj(
+            "submit", *site, *gpu, "--conda", "ml", probe, extra_env={"CONDA_EXE": str(conda)}
+        ),  # fmt: skip
         "--python": cj("submit", *site, *gpu, "--python", python, probe),
         "--venv": cj("submit", *site, *gpu, "--venv", str(user_venv), probe),
     }
