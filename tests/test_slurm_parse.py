@@ -326,3 +326,70 @@ def test_squeue_gpus_of_jobs_that_asked_per_job_or_per_task() -> None:
     assert per_task.gpus_requested == "gres:gpu:a100:1 per task"
     running = {j.job_id: j for j in parse.parse_squeue(fixture("squeue_jobs_sandbox.txt"))}
     assert all(j.gpus_requested == parse.gpu_tres(j.tres_per_node) for j in running.values())
+
+
+# -- GPU counts in every TRES spelling -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "counts"),
+    [
+        ("cpu=2,gres/gpu=2,gres/gpu:a100=2", {"a100": 2}),  # typed entries win
+        ("cpu=2,gres/gpu=3", {None: 3}),
+        ("cpu=2,gres/gpu=0", {}),
+        ("cpu=2,mem=4G,gres/gpu=x", {}),  # a value that is not a count is skipped
+        ("gres/gpu:a100=1,gres/gpu:v100=2", {"a100": 1, "v100": 2}),
+        ("gres:gpu:a100:2", {"a100": 2}),  # 21.08 and later
+        ("gres/gpu:a100:1", {"a100": 1}),  # 24.11 and later
+        ("gpu:1", {None: 1}),  # before 21.08
+        ("gres:gpu:rtx2080", {"rtx2080": 1}),
+        ("gres:gpu:2,gres:gpu:a100:1", {None: 2, "a100": 1}),
+        ("gres:gpu:a100:1,gres:gpu:a100:2", {"a100": 3}),
+        ("gres:mps:100,gres:gpu:1", {None: 1}),  # not a GPU
+        ("gres:gpu:a:b:c:2", {}),  # unreadable: left out
+        ("gres:gpu:a100:2,cpu=4", {"a100": 2}),
+        ("", {}),
+        (None, {}),
+    ],
+)
+def test_tres_gpu_counts(text: str | None, counts: dict[str | None, int]) -> None:
+    assert parse.tres_gpu_counts(text) == counts
+    assert parse.alloc_tres_gpu_counts(text) == counts
+
+
+def test_tres_gpu_counts_says_what_it_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("DEBUG", logger="clusterjob.slurm"):
+        parse.tres_gpu_counts("gres:gpu:a:b:c:2")
+    assert "ignored TRES item 'gres:gpu:a:b:c:2' (in 'gres:gpu:a:b:c:2')" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("record", "counts"),
+    [
+        ({"AllocTRES": "cpu=2,gres/gpu:a100=2", "TRES": "gres/gpu:v100=1"}, {"a100": 2}),
+        ({"AllocTRES": "cpu=2", "TRES": "cpu=2,gres/gpu:v100=1"}, {"v100": 1}),
+        ({"TresPerJob": "gres:gpu:3", "TresPerNode": "gres:gpu:1", "NumNodes": "2"}, {None: 3}),
+        ({"TresPerNode": "gres:gpu:a100:2", "NumNodes": "3"}, {"a100": 6}),
+        ({"TresPerNode": "gres:gpu:a100:2", "NumNodes": "2-4"}, {"a100": 4}),  # pending range
+        ({"TresPerNode": "gres:gpu:a100:2"}, {"a100": 2}),
+        ({"TresPerNode": "gres:gpu:a100:2", "NumNodes": "N/A"}, {"a100": 2}),
+        ({"TresPerTask": "gres/gpu:1", "NumTasks": "4", "NumNodes": "2"}, {None: 4}),
+        ({"TRES": "cpu=1,node=1", "TresPerNode": "gres:pfsdir:1"}, {}),
+        ({}, {}),
+    ],
+)
+def test_job_gpu_counts(record: dict[str, str], counts: dict[str | None, int]) -> None:
+    assert parse.job_gpu_counts(record) == counts
+
+
+@pytest.mark.parametrize(
+    ("text", "gpus"),
+    [
+        ("gpu:a100:2,gpu:v100:2,pfsdir:scratch:1", "gpu:a100:2,gpu:v100:2"),
+        ("pfsdir:scratch:1", None),
+        ("gpu:a100:2(IDX:0-1),gpu:a:b:c:1", "gpu:a100:2(IDX:0-1)"),
+        (None, None),
+    ],
+)
+def test_gpu_gres(text: str | None, gpus: str | None) -> None:
+    assert parse.gpu_gres(text) == gpus
