@@ -621,3 +621,48 @@ def test_no_gpus_option_is_a_cpu_only_job(capsys: pytest.CaptureFixture[str]) ->
     assert run(["submit", "--site", str(MLLAB), "--dry-run", TRAIN]) == 0
     out = capsys.readouterr().out
     assert "#SBATCH --partition=gpu" in out and "--gres" not in out
+
+
+# -- clusterjob shell -------------------------------------------------------------------------
+
+
+def test_shell_dry_run_is_srun_pty_with_the_sites_gpu_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["shell", "--site", str(MLLAB), "--gpus", "2", "--model", "a100", "--dry-run"]
+    assert run([*argv, "--", "python", "-c", "print(1)"]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    srun = words.index("srun")
+    assert "CLUSTERJOB_EXPECT_MODEL=A100" in words[:srun]
+    assert "CLUSTERJOB_EXPECT_COUNT=2" in words[:srun]
+    assert words[srun : srun + 5] == [
+        "srun", "--pty", "--job-name=shell", "--partition=gpu", "--gres=gpu:a100:2",
+    ]  # fmt: skip
+    inner = words[words.index("clusterjob-shell") + 1 :]
+    assert inner == ["1", "/opt/clusterjob/bin/clusterjob", "python", "-c", "print(1)"]
+
+
+def test_shell_without_gpus_has_no_preflight(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["shell", "--site", str(MLLAB), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    words = shlex.split(out)
+    assert words[words.index("clusterjob-shell") + 1 :] == ["0"]
+    assert "--gres" not in out and "EXPECT" not in out
+
+
+def test_shell_on_a_script_runs_the_preflight_then_the_command(tmp_path: Path) -> None:
+    """The node side of the session, run here: a failing preflight ends it with its status."""
+    from clusterjob.jobs.interactive import shell_session
+
+    site = load_site(MLLAB)
+    job = resolve(site, JobRequest("shell", command=True, model="a100"))
+    for preflight, status, shown in (("true", 0, "ran a b\n"), ("false", 1, "")):
+        session = shell_session(site, job, ("echo", "ran", "a b"), node_command=[preflight])
+        proc = subprocess.run(list(session.command), capture_output=True, text=True)
+        assert (proc.returncode, proc.stdout) == (status, shown)
+
+
+def test_shell_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["shell", "--site", str(MLLAB), "--gpus", "1", "--model", "P100"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "unknown GPU model 'P100'" in err

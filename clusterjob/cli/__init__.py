@@ -145,6 +145,7 @@ COMMAND_MODULES = {
     "wait": "jobs",
     "show": "jobs",
     "avail": "avail",
+    "shell": "interactive",
     "run": "workstation",
     "preflight": "node",
     "gpus": "node",
@@ -169,7 +170,7 @@ def _register_commands(command: str | None = None) -> None:
         return
     # Import order is the order of `clusterjob --help`: the researcher's commands first.
     # isort: off
-    from clusterjob.cli import submit, jobs, avail, workstation, node, site, sandbox  # noqa: F401
+    from clusterjob.cli import submit, interactive, jobs, avail, workstation, node, site, sandbox  # noqa: F401
     # isort: on
 
     _registered = True

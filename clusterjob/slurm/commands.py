@@ -21,7 +21,7 @@ from clusterjob.slurm.parse import (
     StartEstimate,
     SubmittedJobId,
 )
-from clusterjob.slurm.runner import Runner
+from clusterjob.slurm.runner import Runner, run_interactive
 
 COMMENT_PREFIX = "clusterjob:"  # render writes `#SBATCH --comment=clusterjob:<token>`
 SBATCH_TIMEOUT = 30.0  # one sbatch attempt: three MessageTimeouts of a busy controller
@@ -219,6 +219,11 @@ class SlurmClient:
         """Ask Slurm to cancel. scancel exits 0 even for unknown ids (22.05)."""
         if job_ids:
             self._query(["scancel", *job_ids])
+
+    def srun_pty(self, options: Sequence[str], command: Sequence[str], env: dict[str, str]) -> int:
+        """``srun --pty OPTIONS COMMAND`` on this terminal (an interactive session); its exit
+        status. Not through the runner's timeouts: a person decides when it ends."""
+        return run_interactive(["srun", "--pty", *options, *command], env)
 
     def cluster_name(self) -> str:
         """This cluster's ``ClusterName`` (site discovery matches it against site configs)."""

@@ -21,7 +21,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
@@ -272,3 +272,12 @@ def run(
 ) -> SlurmResult:
     """Run one Slurm command with the default (real) runner. See ``Runner.run``."""
     return Runner().run(cmd, timeout=timeout, deadline=deadline, retry=retry, input=input)
+
+
+def run_interactive(cmd: list[str], env: Mapping[str, str] | None = None) -> int:
+    """Run a Slurm command attached to this terminal (``srun --pty``): no capture, no timeout,
+    no retry (a person is on the other end); its exit status."""
+    try:
+        return subprocess.call(cmd, env=None if env is None else dict(env))
+    except FileNotFoundError:
+        raise SlurmUnavailable(cmd, None, f"{cmd[0]}: command not found") from None

@@ -12,9 +12,12 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from clusterjob.sandbox import cluster
 
 from .conftest import Cli, Sandbox
 from .test_end_to_end import TRAIN, finished, logs, status, submit, wait_status
@@ -220,3 +223,66 @@ def test_cpu_only_job_completes_with_the_same_status_and_logs(cj: Cli, sandbox: 
     row = wait_status(cj, zero, finished)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), row
     assert "zero-gpus-ran" in logs(cj, zero)
+
+
+def _under_a_pty(
+    cj_env: dict[str, str], argv: list[str], send: str, until: str, cwd: Path, timeout: float = 90
+) -> str:
+    """Run ``argv`` with a pseudo-terminal as its terminal; once ``until`` shows, type
+    ``send``; return all it printed (the terminal's view, CR LF line ends)."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        argv, stdin=follower, stdout=follower, stderr=follower, env=cj_env, cwd=cwd,
+        start_new_session=True,
+    )  # fmt: skip
+    os.close(follower)
+    seen = b""
+    sent = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:  # the session ended: the follower side is closed
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            if not sent and until.encode() in seen:
+                os.write(leader, send.encode())
+                sent = True
+            if proc.poll() is not None and not ready:
+                break
+        else:
+            raise AssertionError(f"no end after {timeout}s: {seen.decode(errors='replace')}")
+        assert proc.wait(timeout=10) == 0, seen.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+    return seen.decode(errors="replace").replace("\r\n", "\n")
+
+
+def test_shell_opens_a_session_on_a_gpu_node_with_the_preflight_first(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """`clusterjob shell --gpus 1 --model A100` under a pseudo-terminal: the preflight table
+    and verdict, then an interactive shell on the node that runs what is typed."""
+    env = dict(os.environ, **cluster.client_env(sandbox.state_dir), SHELL="/bin/bash")
+    env["CLUSTERJOB_DATA_DIR"] = str(tmp_path / "data")
+    argv = [sys.executable, "-m", "clusterjob", "shell", "--site", str(sandbox.site_path),
+            "--gpus", "1", "--model", "A100"]  # fmt: skip
+    typed = 'echo "in-job $SLURM_JOB_ID on $SLURMD_NODENAME tty=$(tty)" $((6 * 7)); exit\n'
+    out = _under_a_pty(env, argv, typed, until=": OK", cwd=tmp_path)
+    assert re.search(r"^preflight gpu[12]: OK", out, re.M), out
+    assert re.search(r"in-job \d+ on gpu[12] tty=/dev/pts/\d+ 42$", out, re.M), out
+    # with a command: it runs instead of the shell, after the preflight
+    out = _under_a_pty(
+        env, [*argv, "--", "bash", "-c", "test -t 0 && echo command-on-a-tty"], "", "", tmp_path
+    )
+    assert out.index("preflight gpu") < out.index("command-on-a-tty"), out

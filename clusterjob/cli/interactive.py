@@ -1,0 +1,76 @@
+"""Command: shell (registered on the app in clusterjob.cli).
+
+``clusterjob shell --gpus 1 --model A100 [-- CMD ARGS]``: an interactive session on a GPU
+node through ``srun --pty``, with the site's own GPU request and the preflight first.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from clusterjob.cli import app
+from clusterjob.cli.common import SiteOption, load_site
+from clusterjob.cli.completion import complete_model, complete_partition
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def shell(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="Run this instead of your shell (after --).", show_default=False),
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", help="GPUs (0 or none: CPU only).", show_default=False),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", help="GPU model (or an alias).", autocompletion=complete_model
+        ),
+    ] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", "-p", autocompletion=complete_partition)
+    ] = None,
+    time: Annotated[str | None, typer.Option("--time", "-t", help="Time limit.")] = None,
+    account: Annotated[str | None, typer.Option("--account", "-A")] = None,
+    qos: Annotated[str | None, typer.Option("--qos")] = None,
+    cpus_per_gpu: Annotated[int | None, typer.Option("--cpus-per-gpu")] = None,
+    mem_per_gpu: Annotated[str | None, typer.Option("--mem-per-gpu")] = None,
+    constraint: Annotated[str | None, typer.Option("--constraint", "-C")] = None,
+    exclude: Annotated[str | None, typer.Option("--exclude", "-x")] = None,
+    nodelist: Annotated[str | None, typer.Option("--nodelist", "-w")] = None,
+    job_name: Annotated[str, typer.Option("--job-name", "-J")] = "shell",
+    site: SiteOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the srun command; start nothing.")
+    ] = False,
+) -> None:
+    """An interactive session on a node with GPUs of one model: srun --pty, preflight first."""
+    from clusterjob.jobs.interactive import open_shell, shell_session
+    from clusterjob.jobscript.request import JobRequest, resolve
+
+    request = JobRequest(
+        script="shell",
+        command=True,
+        gpus=gpus or 0,
+        model=model,
+        partition=partition,
+        time=time,
+        account=account,
+        qos=qos,
+        cpus_per_gpu=cpus_per_gpu,
+        mem_per_gpu=mem_per_gpu,
+        constraint=constraint,
+        exclude=exclude,
+        nodelist=nodelist,
+        job_name=job_name,
+    )
+    the_site = load_site(site)
+    session = shell_session(the_site, resolve(the_site, request), tuple(command or ()))
+    if dry_run:
+        typer.echo(session.command_line())
+        return
+    raise typer.Exit(open_shell(session))

@@ -1,0 +1,74 @@
+"""An interactive session on a GPU node: ``srun --pty`` with the site's GPU request and the
+preflight first (``clusterjob shell``). Nothing is recorded in the registry."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterjob.jobscript.render import default_node_command
+from clusterjob.jobscript.request import ResolvedJob
+from clusterjob.jobscript.shell import shell_join
+from clusterjob.site.model import Site
+from clusterjob.slurm.commands import SlurmClient
+
+# On the node: the preflight (its words are the first N arguments), then the user's command
+# or their login shell, interactive.
+_ON_NODE = (
+    'n=$1; shift; if [ "$n" -gt 0 ]; then "${@:1:$n}" preflight || exit $?; shift "$n"; fi; '
+    'if [ $# -gt 0 ]; then exec "$@"; fi; exec "${SHELL:-/bin/bash}" -i'
+)
+
+
+@dataclass(frozen=True)
+class ShellSession:
+    """The srun options, the command it runs on the node, and the variables it adds."""
+
+    options: tuple[str, ...]
+    command: tuple[str, ...]
+    env: dict[str, str]
+
+    def command_line(self) -> str:
+        """What a person would type (the variables as ``NAME=VALUE`` before srun)."""
+        assignments = [f"{k}={v}" for k, v in self.env.items()]
+        return shell_join([*assignments, "srun", "--pty", *self.options, *self.command])
+
+
+def shell_session(
+    site: Site,
+    job: ResolvedJob,
+    command: Sequence[str] = (),
+    node_command: Sequence[str] | None = None,
+) -> ShellSession:
+    """One task on one node with this site's GPU options; the preflight when it has GPUs."""
+    options = [f"--job-name={job.job_name}", f"--partition={job.partition.name}"]
+    options += list(job.gres.options)
+    options += ["--nodes=1", "--ntasks=1"]
+    for name, value in (
+        ("cpus-per-gpu", job.cpus_per_gpu),
+        ("mem-per-gpu", job.mem_per_gpu),
+        ("time", job.time),
+        ("account", job.account),
+        ("qos", job.qos),
+        ("constraint", job.constraint),
+        ("exclude", job.request.exclude),
+        ("nodelist", job.request.nodelist),
+    ):
+        if value is not None:
+            options.append(f"--{name}={value}")
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CLUSTERJOB_SITE": str(Path(site.source).resolve())}
+    preflight: list[str] = []
+    if job.model is not None:
+        env["CLUSTERJOB_EXPECT_MODEL"] = job.model.name
+        env["CLUSTERJOB_EXPECT_COUNT"] = str(job.gpus_per_node)
+        preflight = [str(w) for w in (node_command or default_node_command(site))]
+    inner = ("bash", "-c", _ON_NODE, "clusterjob-shell", str(len(preflight)), *preflight)
+    return ShellSession(tuple(options), (*inner, *command), env)
+
+
+def open_shell(session: ShellSession, client: SlurmClient | None = None) -> int:
+    """Run the session on this terminal; its exit status."""
+    client = client or SlurmClient()
+    return client.srun_pty(session.options, session.command, {**os.environ, **session.env})
