@@ -482,6 +482,14 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         ),
         [],
     ),
+    "CUDA version at the site's minimum": (
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, cuda_min="12.4"),
+        [],
+    ),
+    "CUDA version below the site's minimum": (
+        dict(node_map=MIXED_MAP, inventory=MIXED_INV, cuda_min="12.6"),
+        [("driver-version", "error", None)],
+    ),
     "site turns a warning check into an error": (
         dict(
             node_map=slots("A100"),

@@ -785,8 +785,18 @@ def test_prolog_driver_older_than_the_sites_minimum_drains(node: Node) -> None:
     ]
 
 
+def test_prolog_cuda_older_than_the_sites_minimum_drains(node: Node) -> None:
+    node.setup(mixed(), checks='checks: {driver_min: "535.104.05", cuda_min: "12.6"}\n')
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: driver-version: gpu2: the NVIDIA driver 550.54.15 supports CUDA "
+        "12.4, the site's minimum is 12.6 -- upgrade the driver on this node (and reboot)"
+    ]
+
+
 def test_prolog_driver_minimum_met_passes(node: Node) -> None:
-    node.setup(mixed(), checks='checks: {driver_min: "535.104.05"}\n')
+    node.setup(mixed(), checks='checks: {driver_min: "535.104.05", cuda_min: "12.4"}\n')
     done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 

@@ -70,6 +70,10 @@ EXPECTED: dict[str, list[str]] = {
         "node-unmapped, numa-affinity, nvlink-down, nvlink-fabric, pcie-degraded, "
         "persistence-off, row-remap-failure, row-remap-pending",
     ],
+    "bad_cuda_min.yaml": [
+        "10: checks.cuda_min: not a CUDA version: '12' (e.g. \"12.4\", quoted)",
+        '12: partitions.gpu.checks.cuda_min: expected a string, got 12.4 (write "12.4" for text)',
+    ],
     "bad_mig.yaml": [
         "8: node_map[0].gpus[0].mig[1]: not a MIG profile: '3g' (e.g. 1g.10gb)",
         "9: node_map[0].gpus[1].mig: expected a list of strings, got 'yes'",

@@ -68,6 +68,7 @@ def run_preflight(
         context=Context.JOB,
         cuda_device_order=environ.get("CUDA_DEVICE_ORDER"),
         driver_min=checks.driver_min,
+        cuda_min=checks.cuda_min,
         severity=checks.severity,
         job_cpus=_job_cpus(),
     )

@@ -224,6 +224,7 @@ def run_prolog(
             inventory,
             allocation_from_env(environ, Context.PROLOG),
             driver_min=checks.driver_min,
+            cuda_min=checks.cuda_min,
             severity=checks.severity,
         )
         return run.verdict(run_checks(facts))

@@ -90,7 +90,8 @@ _MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS of current drivers (18 on Hopper boar
 _GPU_SLOT_KEYS = {"model": True, "bus_id": False, "uuid": False, "nvlinks": False, "mig": False}
 _MIG_PROFILE = re.compile(r"^[0-9]+g\.[0-9]+gb(\+[a-z0-9]+)*$")  # 1g.10gb, 1g.10gb+me
 _PROLOG_KEYS = {"on_error": False, "deadline_seconds": False, "log": False}
-_CHECKS_KEYS = {"driver_min": False, "severity": False}
+_CHECKS_KEYS = {"driver_min": False, "cuda_min": False, "severity": False}
+_CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]$")
 _DRIVER_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
 
 
@@ -598,6 +599,15 @@ def _read_checks(v: Validator, entry: Entry | None, path: str) -> CheckPolicy | 
         )
         failed = True
     failed = failed or driver_min is INVALID
+    cuda_min = read_key(fields, "cuda_min", v.string, path)
+    if isinstance(cuda_min, str) and not _CUDA_VERSION.match(cuda_min):
+        v.error(
+            key_line(fields, "cuda_min"),
+            join_path(path, "cuda_min"),
+            f'not a CUDA version: {cuda_min!r} (e.g. "12.4", quoted)',
+        )
+        failed = True
+    failed = failed or cuda_min is INVALID
     severity: dict[str, str] = {}
     if "severity" in fields:
         spath = join_path(path, "severity")
@@ -621,7 +631,9 @@ def _read_checks(v: Validator, entry: Entry | None, path: str) -> CheckPolicy | 
     if failed:
         return INVALID
     return CheckPolicy(
-        driver_min=driver_min if isinstance(driver_min, str) else None, severity=severity
+        driver_min=driver_min if isinstance(driver_min, str) else None,
+        severity=severity,
+        cuda_min=cuda_min if isinstance(cuda_min, str) else None,
     )
 
 

@@ -101,17 +101,20 @@ CHECK_SEVERITIES = ("error", "warning", "off")
 
 @dataclass(frozen=True)
 class CheckPolicy:
-    """What a site, or one partition, asks of the node checks: the oldest NVIDIA driver it
-    accepts, and per check id a severity ("error", "warning" or "off") instead of the check's
-    own."""
+    """What a site, or one partition, asks of the node checks: the oldest NVIDIA driver and
+    CUDA driver API it accepts, and per check id a severity ("error", "warning" or "off")
+    instead of the check's own."""
 
     driver_min: str | None = None  # e.g. "535.104.05"
     severity: Mapping[str, str] = field(default_factory=dict)
+    cuda_min: str | None = None  # the CUDA version the driver supports, e.g. "12.4"
 
     def under(self, partition: CheckPolicy) -> CheckPolicy:
         """This site-wide policy with a partition's on top of it."""
         return CheckPolicy(
-            partition.driver_min or self.driver_min, {**self.severity, **partition.severity}
+            partition.driver_min or self.driver_min,
+            {**self.severity, **partition.severity},
+            partition.cuda_min or self.cuda_min,
         )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.model import CheckPolicy, NodeGpu, OnError, PrologPolicy, Site
 
-CACHE_FORMAT = 5  # 3: a slot carries nvlinks; 4: check policies; 5: a slot's MIG profiles
+CACHE_FORMAT = 6  # 3: a slot's nvlinks; 4: check policies; 5: a slot's MIG; 6: cuda_min
 
 
 @dataclass(frozen=True)
@@ -116,12 +116,12 @@ def _slot(
 
 
 def _policy_json(policy: CheckPolicy) -> list[Any]:
-    return [policy.driver_min, dict(policy.severity)]
+    return [policy.driver_min, dict(policy.severity), policy.cuda_min]
 
 
 def _policy(data: list[Any]) -> CheckPolicy:
-    driver_min, severity = data
-    return CheckPolicy(driver_min, {str(k): str(v) for k, v in severity.items()})
+    driver_min, severity, cuda_min = data
+    return CheckPolicy(driver_min, {str(k): str(v) for k, v in severity.items()}, cuda_min)
 
 
 def _from_json(data: dict[str, Any], source: Path) -> NodeView:

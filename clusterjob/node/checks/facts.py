@@ -28,7 +28,7 @@ class Need(str, Enum):
     EXPECT_MODEL = "expect_model"  # the GPU model the job asked for
     EXPECT_COUNT = "expect_count"  # how many GPUs the job asked for on this node
     JOB = "job"  # running inside the job (the Prolog runs before CUDA_DEVICE_ORDER is set)
-    DRIVER_MIN = "driver_min"  # the site (or the job's partition) names a minimum driver
+    DRIVER_MIN = "driver_min"  # the site (or the job's partition) names a minimum driver/CUDA
     JOB_CPUS = "job_cpus"  # the CPUs the job may run on (inside the job: its affinity)
 
 
@@ -46,6 +46,7 @@ class Facts:
     context: Context = Context.PROLOG
     cuda_device_order: str | None = None  # the job's CUDA_DEVICE_ORDER (job context only)
     driver_min: str | None = None  # the oldest NVIDIA driver the site accepts here
+    cuda_min: str | None = None  # the oldest CUDA driver API version, e.g. "12.4"
     severity: Mapping[str, str] = field(default_factory=dict)  # check id -> error/warning/off
     job_cpus: frozenset[int] | None = None  # the job's CPUs (None: not known here)
 
@@ -59,7 +60,7 @@ class Facts:
         if need is Need.EXPECT_COUNT:
             return self.expect_count is not None
         if need is Need.DRIVER_MIN:
-            return self.driver_min is not None
+            return self.driver_min is not None or self.cuda_min is not None
         if need is Need.JOB_CPUS:
             return self.job_cpus is not None
         return self.context is Context.JOB  # Need.JOB

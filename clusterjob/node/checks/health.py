@@ -47,18 +47,28 @@ def _version(text: str) -> tuple[int, ...] | None:
 
 @check("driver-version", Severity.ERROR, stage=Stage.MAP, needs={Need.DRIVER_MIN})
 def driver_version(facts: Facts) -> Iterator[Observation]:
-    """The NVIDIA driver against the site's (or the job's partition's) ``checks.driver_min``.
-    A driver NVML cannot name is unknown: no finding."""
+    """The NVIDIA driver and the CUDA version it supports against the site's (or the job's
+    partition's) ``checks.driver_min`` and ``checks.cuda_min``. What NVML cannot name is
+    unknown: no finding."""
     found, wanted = facts.inventory.driver_version, facts.driver_min or ""
     have, need = _version(found or ""), _version(wanted)
-    if have is None or need is None or have >= need:
-        return
-    yield Observation(
-        f"{facts.node}: NVIDIA driver {found} is older than the site's minimum {wanted} -- "
-        "upgrade the driver on this node (and reboot)",
-        expected=f">= {wanted}",
-        found=found,
-    )
+    if have is not None and need is not None and have < need:
+        yield Observation(
+            f"{facts.node}: NVIDIA driver {found} is older than the site's minimum {wanted} -- "
+            "upgrade the driver on this node (and reboot)",
+            expected=f">= {wanted}",
+            found=found,
+        )
+    cuda, cuda_wanted = facts.inventory.cuda_driver_version, facts.cuda_min or ""
+    need = _version(cuda_wanted)
+    if cuda and need is not None and (cuda // 1000, cuda % 1000 // 10) < need:
+        cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        yield Observation(
+            f"{facts.node}: the NVIDIA driver {found or '?'} supports CUDA {cuda_text}, the "
+            f"site's minimum is {cuda_wanted} -- upgrade the driver on this node (and reboot)",
+            expected=f">= CUDA {cuda_wanted}",
+            found=f"CUDA {cuda_text}",
+        )
 
 
 @check("gpu-lost", Severity.ERROR, stage=Stage.HEALTH)
