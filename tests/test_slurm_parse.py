@@ -393,3 +393,116 @@ def test_job_gpu_counts(record: dict[str, str], counts: dict[str | None, int]) -
 )
 def test_gpu_gres(text: str | None, gpus: str | None) -> None:
     assert parse.gpu_gres(text) == gpus
+
+
+# -- small readers, row by row (what mutation testing showed untested) ------------------------
+
+
+@pytest.mark.parametrize(
+    ("item", "entry"),
+    [
+        ("gpu:a100", parse.GresEntry("gpu", "a100", 1)),  # name:type, count left out
+        ("tmp:844G", parse.GresEntry("tmp", None, 844 * 1024**3)),
+        ("mem:2K", parse.GresEntry("mem", None, 2048)),
+        ("gpu:a100:2(IDX:)", parse.GresEntry("gpu", "a100", 2)),
+        ("gpu:a100:2(IDX:0,3)", parse.GresEntry("gpu", "a100", 2, "0,3")),
+        ("pfsdir:scratch:no_consume:1",
+         parse.GresEntry("pfsdir", "scratch", 1, None, ("no_consume",))),
+        ("gpu:a:b:2", None),  # two types
+        ("gpu:a100:x:y", None),
+        ("gpu:a100:2)", None),
+        ("9gpu:1", None),
+        ("", None),
+    ],
+)  # fmt: skip
+def test_parse_gres_item(item: str, entry: parse.GresEntry | None) -> None:
+    assert parse.parse_gres_item(item) == entry
+
+
+@pytest.mark.parametrize(
+    ("text", "entries", "unknown"),
+    [
+        ("(null)", [], []),
+        ("N/A", [], []),
+        ("  ", [], []),
+        (None, [], []),
+        ("gpu:a:b:2,gpu:1", [parse.GresEntry("gpu", None, 1)], ["gpu:a:b:2"]),
+    ],
+)
+def test_parse_gres_items(text: str | None, entries: list, unknown: list) -> None:
+    assert parse.parse_gres_items(text) == (entries, unknown)
+
+
+def test_parse_gres_logs_the_item_it_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("DEBUG", logger="clusterjob.slurm"):
+        parse.parse_gres("gpu:a:b:c:2,gpu:a100:2")
+    assert "ignored GRES item 'gpu:a:b:c:2' (in 'gpu:a:b:c:2,gpu:a100:2')" in caplog.text
+
+
+def test_gpu_counts_add_up_per_type() -> None:
+    counts = parse.gpu_counts("gpu:a100:1,gpu:v100:2,gpu:a100:1,gpu:1")
+    assert counts == {"a100": 2, "v100": 2, None: 1}
+
+
+@pytest.mark.parametrize(
+    ("state", "normal"),
+    [
+        ("CANCELLED by 1000", "CANCELLED"),
+        ("RUNNING+", "RUNNING"),
+        ("completing", "COMPLETING"),
+        ("", ""),
+    ],
+)
+def test_normalise_state(state: str, normal: str) -> None:
+    assert parse.normalise_state(state) == normal
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("2:0", (2, 0)),
+        ("0:15", (0, 15)),
+        ("1", (1, None)),
+        ("x:1", (None, None)),
+        ("", (None, None)),
+    ],
+)
+def test_parse_exit_code(text: str, parsed: tuple[int | None, int | None]) -> None:
+    assert parse.parse_exit_code(text) == parsed
+
+
+@pytest.mark.parametrize(
+    ("state", "flags", "unavailable"),
+    [
+        ("IDLE", (), False),
+        ("MIXED", (), False),
+        ("IDLE*", (), True),  # not responding
+        ("DOWN", (), True),
+        ("IDLE", ("DRAIN",), True),
+        ("ALLOCATED", ("COMPLETING",), False),
+    ],
+)
+def test_node_unavailable(state: str, flags: tuple[str, ...], unavailable: bool) -> None:
+    node = parse.NodeRecord("n1", state, flags, None, None, None, ())
+    assert parse.node_unavailable(node) is unavailable
+
+
+def test_null_values() -> None:
+    assert [parse._null(v) for v in ("", " (null) ", "N/A", "x")] == [None, None, None, "x"]
+
+
+def test_split_top_keeps_nested_parentheses_together() -> None:
+    assert parse._split_top("a((b),c),d") == ["a((b),c)", "d"]
+    assert parse._split_top("a(b,(c,d)),e") == ["a(b,(c,d))", "e"]
+
+
+def test_expand_output_pattern_big_j_and_no_node() -> None:
+    got = parse.expand_output_pattern(
+        "%J-%N-%A.out", job_id="7", name="n", user="u", first_node=None
+    )
+    assert got == "7--7.out"
+
+
+def test_parse_job_id_says_what_sbatch_printed() -> None:
+    with pytest.raises(ValueError, match=r"^sbatch printed 'Submitted x', not a job id$"):
+        parse.parse_job_id("Submitted x\n")
