@@ -458,6 +458,28 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         ),
         [("gpu-busy", "warning", 0)],
     ),
+    "power limit at the default": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, power_limit=400_000, power_limit_default=400_000)),
+        ),
+        [],
+    ),
+    "power limit below the default": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(gpu(0, A100, power_limit=250_000, power_limit_default=400_000)),
+        ),
+        [("power-capped", "warning", 0)],
+    ),
+    "no page retirement pending": (
+        dict(node_map=slots("V100"), inventory=inv(gpu(0, V100, retired_pages_pending=False))),
+        [],
+    ),
+    "page retirement pending": (
+        dict(node_map=slots("V100"), inventory=inv(gpu(0, V100, retired_pages_pending=True))),
+        [("retired-pages-pending", "warning", 0)],
+    ),
     "persistence mode on": (
         dict(node_map=slots("A100"), inventory=inv(gpu(0, A100, persistence_mode=True))),
         [],
@@ -773,6 +795,8 @@ DOCUMENTED_IDS = {
     "mig-mode",
     "mig-layout",
     "alloc-mig",
+    "power-capped",
+    "retired-pages-pending",
 }
 RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 

@@ -708,9 +708,23 @@ A0 = "gpu2: slot 0 (0000:07:00.0): NVIDIA A100-SXM4-80GB"
             "driver's start-up and the GPU state is reset between jobs: enable "
             "nvidia-persistenced",
         ),
+        (
+            hgx(**{"0": {"power_limit": 500_000}}),
+            18,
+            0,
+            f"warning: power-capped: {H0}: power limit 500 W, the board's default is 700 W -- "
+            "nvidia-smi -i 0000:18:00.0 -pl 700 unless the cap is meant",
+        ),
+        (
+            hgx(**{"0": {"retired_pages_pending": True}}),
+            18,
+            0,
+            f"warning: retired-pages-pending: {H0}: memory page retirement pending -- reset "
+            "the GPU (or reboot) to retire the pages",
+        ),
     ],
     ids=["pcie", "nvlink-map", "nvlink-partial", "fabric", "power-brake", "hot", "busy",
-         "persistence"],
+         "persistence", "power-capped", "retired-pending"],
 )  # fmt: skip
 def test_prolog_link_clock_and_process_findings(
     node: Node, scenario: StandinScenario, map_links: int | None, rc: int, line: str

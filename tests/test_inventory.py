@@ -129,7 +129,8 @@ def test_unsupported_fields_are_none(standin_lib, tmp_path):
         "0000:07:00.0",
         0,
         unsupported=("ecc", "remap", "mig", "serial", "persistence", "memory", "minor", "pcie",
-                     "temperature", "clocks", "nvlink", "fabric", "affinity"),
+                     "temperature", "clocks", "nvlink", "fabric", "affinity", "power",
+                     "retired"),
     )  # fmt: skip
     inv = _inventory(standin_lib, StandinScenario(gpus=(gpu,)), tmp_path)
     (g,) = inv.gpus
@@ -301,6 +302,11 @@ def test_link_clock_and_fabric_values(standin_lib, tmp_path):
     assert g1.clock_event_reasons == 0x48
     assert clock_event_names(g1.clock_event_reasons) == ("hw_slowdown", "hw_thermal")
     assert (g1.temperature, g1.temperature_slowdown) == (71, 87)
+    assert (g0.power_limit, g0.power_limit_default, g0.retired_pages_pending) == (
+        700_000,
+        700_000,
+        False,
+    )
     assert g2.nvlink_active == (True,) * 6  # SXM2: six links
     assert (g2.fabric_state, g2.fabric_status) == (None, None)  # no NVSwitch fabric to ask
 

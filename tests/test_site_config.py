@@ -68,7 +68,8 @@ EXPECTED: dict[str, list[str]] = {
         "ecc-uncorrectable, gpu-busy, gpu-count, gpu-extra, gpu-hot, gpu-lost, gpu-missing, "
         "gpu-uuid, gres-index, mig-layout, mig-mode, mig-pending, model-mismatch, "
         "node-unmapped, numa-affinity, nvlink-down, nvlink-fabric, pcie-degraded, "
-        "persistence-off, row-remap-failure, row-remap-pending",
+        "persistence-off, power-capped, retired-pages-pending, row-remap-failure, "
+        "row-remap-pending",
     ],
     "bad_cuda_min.yaml": [
         "10: checks.cuda_min: not a CUDA version: '12' (e.g. \"12.4\", quoted)",

@@ -124,6 +124,9 @@ class Gpu:
     fabric_status: int | None = None  # nvmlReturn_t of the registration (0: success)
     cpu_affinity: str | None = None  # the CPUs near the GPU (its NUMA node), "0-31,64-95"
     mig_devices: tuple[MigDevice, ...] | None = None  # with MIG on; None: MIG off or unknown
+    power_limit: int | None = None  # the enforced power limit, mW
+    power_limit_default: int | None = None  # the board's default power limit, mW
+    retired_pages_pending: bool | None = None  # page retirement waits for a reset (pre-Ampere)
 
 
 @dataclass(frozen=True)

@@ -165,8 +165,8 @@ _FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}  # 0: not 
 
 
 def _read_links(pynvml: Any, handle: Any) -> dict[str, Any]:
-    """PCIe link, temperature, clock-event reasons, NVLink states, CPU affinity and NVSwitch
-    fabric.
+    """PCIe link, temperature, power limits, pending page retirement, clock-event reasons,
+    NVLink states, CPU affinity and NVSwitch fabric.
 
     Each is None when the GPU or driver cannot tell (NOT_SUPPORTED, or a driver too old to
     have the function: pynvml raises FunctionNotFound, an NVMLError, for that too).
@@ -187,6 +187,12 @@ def _read_links(pynvml: Any, handle: Any) -> dict[str, Any]:
             pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
         ),
     }
+    out["power_limit"] = read(pynvml, pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    out["power_limit_default"] = read(
+        pynvml, pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle
+    )
+    pending = read(pynvml, pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+    out["retired_pages_pending"] = None if pending is None else bool(pending)
     reasons = read(pynvml, pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
     if reasons is None:  # drivers before 535 have only the older name
         reasons = read(pynvml, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)

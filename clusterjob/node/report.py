@@ -115,6 +115,10 @@ def _link_words(gpu: Gpu) -> list[str]:
     temp, slowdown = gpu.temperature, gpu.temperature_slowdown
     if temp is not None and slowdown is not None and temp >= slowdown - HOT_MARGIN_C:
         words.append(f"hot:{temp}C")
+    if gpu.power_limit and gpu.power_limit_default and gpu.power_limit < gpu.power_limit_default:
+        words.append(f"power:{gpu.power_limit // 1000}W/{gpu.power_limit_default // 1000}W")
+    if gpu.retired_pages_pending:
+        words.append("retire-pending")
     if gpu.persistence_mode is False:
         words.append("persistence-off")
     return words

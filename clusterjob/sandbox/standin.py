@@ -57,6 +57,8 @@ UNSUPPORTED_WORDS = (
     "nvlink",
     "fabric",
     "affinity",
+    "power",
+    "retired",
 )
 FABRIC_STATES = ("not_started", "in_progress", "completed")
 
@@ -106,6 +108,9 @@ class StandinGpu:
     fabric_state: str | None = None  # one of FABRIC_STATES; None: no fabric (NOT_SUPPORTED)
     fabric_status: int = 0  # nvmlReturn_t of the fabric registration
     cpu_affinity: str | None = None  # CPUs near the GPU, "0-31,64-95"; None: every CPU
+    power_limit: int = 700_000  # enforced power limit, mW
+    power_limit_default: int = 700_000  # the board's default limit, mW
+    retired_pages_pending: bool = False  # a page retirement waits for a GPU reset
     mig_devices: tuple[tuple[str, str], ...] = ()  # (profile, MIG UUID); NVML lists them
     # only while mig_current is on, named "<name> MIG <profile>"
 
@@ -180,6 +185,9 @@ def scenario_text(scenario: StandinScenario) -> str:
             "fabric_state": gpu.fabric_state,
             "fabric_status": gpu.fabric_status,
             "cpu_affinity": gpu.cpu_affinity,
+            "power_limit": gpu.power_limit,
+            "power_limit_default": gpu.power_limit_default,
+            "retired_pages_pending": gpu.retired_pages_pending,
             "lost_after_calls": gpu.lost_after_calls,
             "hang_seconds": gpu.hang_seconds,
             "unsupported": ",".join(gpu.unsupported) or None,

@@ -21,6 +21,8 @@
  *   gpu.N.fabric_state = not_started | in_progress | completed   (unset: NOT_SUPPORTED)
  *   gpu.N.fabric_status = R      nvmlReturn_t of the fabric registration (0: success)
  *   gpu.N.cpu_affinity = 0-31,64-95   CPUs near the GPU (unset: every configured CPU)
+ *   gpu.N.power_limit / power_limit_default = 700000   enforced and default limit, mW
+ *   gpu.N.retired_pages_pending = 0|1   a page retirement waits for a reset
  *   gpu.N.mig.K = 1g.10gb:MIG-<uuid>   MIG device K (GPU instance K+1, compute instance 0),
  *                                named "<GPU name> MIG 1g.10gb"; listed only with mig_current
  *   gpu.N.lost_after_calls = K   calls addressing GPU N beyond the first K return GPU_IS_LOST
@@ -28,7 +30,8 @@
  *   gpu.N.hang_seconds = S       every call addressing GPU N sleeps S seconds first
  *   gpu.N.unsupported = ecc,remap,mig,serial,...   those calls return NOT_SUPPORTED
  *                      (also: name, uuid, minor, pci, memory, persistence, processes,
- *                       utilization, pcie, temperature, clocks, nvlink, fabric, affinity)
+ *                       utilization, pcie, temperature, clocks, nvlink, fabric, affinity,
+ *                       power, retired)
  *   gpu.N.process.K = pid:used_bytes:name        running compute processes
  * N is the NVML index; GPUs must be numbered 0..count-1 without gaps.
  *
@@ -74,6 +77,8 @@ enum {
     UNSUP_NVLINK = 1 << 15,
     UNSUP_FABRIC = 1 << 16,
     UNSUP_AFFINITY = 1 << 17,
+    UNSUP_POWER = 1 << 18,
+    UNSUP_RETIRED = 1 << 19,
 };
 
 static const struct {
@@ -98,6 +103,8 @@ static const struct {
     {"nvlink", UNSUP_NVLINK},
     {"fabric", UNSUP_FABRIC},
     {"affinity", UNSUP_AFFINITY},
+    {"power", UNSUP_POWER},
+    {"retired", UNSUP_RETIRED},
 };
 
 #define MAX_MIGS 7
@@ -137,6 +144,8 @@ struct nvmlDevice_st {
     unsigned int fabric_status;
     unsigned long long cpu_affinity[CPU_WORDS];
     int has_cpu_affinity;
+    unsigned int power_limit, power_limit_default; /* mW */
+    int retired_pages_pending;
     struct nvmlDevice_st *parent; /* a MIG device's GPU; NULL for a GPU */
     unsigned int gpu_instance, compute_instance;
     int nmigs;
@@ -404,6 +413,15 @@ static const char *set_gpu_field(struct nvmlDevice_st *g, const char *field, con
     if (!strcmp(field, "fabric_status"))
         return parse_uint(value, 1000000, &g->fabric_status) ? "fabric_status is not a number"
                                                              : NULL;
+    if (!strcmp(field, "power_limit"))
+        return parse_uint(value, 100000000, &g->power_limit) ? "power_limit is not mW" : NULL;
+    if (!strcmp(field, "power_limit_default"))
+        return parse_uint(value, 100000000, &g->power_limit_default)
+                   ? "power_limit_default is not mW"
+                   : NULL;
+    if (!strcmp(field, "retired_pages_pending"))
+        return parse_bool(value, &g->retired_pages_pending) ? "retired_pages_pending is not a bool"
+                                                            : NULL;
     if (!strcmp(field, "cpu_affinity")) {
         if (parse_cpu_list(value, g->cpu_affinity))
             return "cpu_affinity is not a CPU list such as 0-31,64-95";
@@ -510,6 +528,7 @@ static void reset_scenario(void)
         gpus[i].temperature = 35;
         gpus[i].temperature_slowdown = 90;
         gpus[i].fabric_state = -1;
+        gpus[i].power_limit = gpus[i].power_limit_default = 700000;
     }
     gpu_count = 0;
     strcpy(driver_version, "550.54.15");
@@ -1317,5 +1336,35 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned
     if (!id || !is_mig(device))
         return NVML_ERROR_INVALID_ARGUMENT;
     *id = device->compute_instance;
+    return NVML_SUCCESS;
+}
+
+/* ---- power limit, page retirement ----------------------------------------------------- */
+
+EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    return put_uint(device, UNSUP_POWER, limit, device ? device->power_limit : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    return put_uint(device, UNSUP_POWER, limit, device ? device->power_limit : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
+                                                             unsigned int *limit)
+{
+    return put_uint(device, UNSUP_POWER, limit, device ? device->power_limit_default : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
+                                                           nvmlEnableState_t *isPending)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_RETIRED);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!isPending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isPending = device->retired_pages_pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }

@@ -92,6 +92,8 @@ NODE_CHECK_IDS = (
     "nvlink-fabric",
     "clocks-throttled",
     "gpu-hot",
+    "power-capped",
+    "retired-pages-pending",
     "gpu-busy",
     "numa-affinity",
     "persistence-off",

@@ -208,6 +208,27 @@ def gpu_hot(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     yield _observe(facts, gpu, what, f"{temp} C")
 
 
+@check("power-capped", Severity.WARNING, stage=Stage.HEALTH)
+def power_capped(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    """An enforced power limit below the board's default: clocks drop under load."""
+    limit, default = gpu.power_limit, gpu.power_limit_default
+    if gpu.lost or limit is None or default is None or limit >= default:
+        return
+    what = (
+        f"power limit {limit // 1000} W, the board's default is {default // 1000} W -- "
+        f"nvidia-smi -i {gpu.bus_id} -pl {default // 1000} unless the cap is meant"
+    )
+    yield _observe(facts, gpu, what, f"{limit // 1000} W", expected=f"{default // 1000} W")
+
+
+@check("retired-pages-pending", Severity.WARNING, stage=Stage.HEALTH)
+def retired_pages_pending(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
+    if gpu.lost or not gpu.retired_pages_pending:
+        return
+    what = "memory page retirement pending -- reset the GPU (or reboot) to retire the pages"
+    yield _observe(facts, gpu, what, "retirement pending")
+
+
 @check("gpu-busy", Severity.ERROR, stage=Stage.HEALTH)
 def gpu_busy(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """Compute processes on a GPU this job was given, before it starts: another job's leftover
