@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from standin_fixtures import inventory_in_child
+from standin_fixtures import inventory_in_child, run_python
 
 from clusterjob.errors import NvmlError
 from clusterjob.gpu.inventory import (
@@ -353,3 +353,27 @@ def test_mig_devices_listed_only_in_mig_mode(standin_lib, tmp_path):
     assert g0.mig_devices[0].memory_total == 40 * GIB
     assert g1.mig_devices is None
     assert (g2.mig_current, g2.mig_devices) == (None, None)
+
+
+def test_an_older_pynvml_without_the_newer_bindings_gives_unknown_facts(standin_lib, tmp_path):
+    """nvidia-ml-py is only required >= 12.535: a binding it lacks is an unknown fact."""
+    code = (
+        "import pynvml\n"
+        "for name in ('nvmlDeviceGetCurrentClocksEventReasons', 'nvmlDeviceGetGpuFabricInfo',\n"
+        "             'c_nvmlGpuFabricInfo_t', 'nvmlDeviceGetCpuAffinity',\n"
+        "             'nvmlDeviceGetMaxMigDeviceCount'):\n"
+        "    delattr(pynvml, name)\n"
+        "from clusterjob.gpu.nvml import read_nvml\n"
+        "(g,) = read_nvml().gpus\n"
+        "print(g.clock_event_reasons, g.fabric_state, g.cpu_affinity, g.mig_devices,\n"
+        "      g.nvlink_active is not None)\n"
+    )
+    scenario = StandinScenario(
+        gpus=(
+            h100("0000:18:00.0", 0, clocks_event_reasons=0x8, mig_current=True, mig_pending=True),
+        )
+    )
+    done = run_python(code, standin_lib.parent, scenario, tmp_path)
+    assert done.returncode == 0, done.stderr
+    # the older ThrottleReasons name still answers; the rest is unknown
+    assert done.stdout.split() == ["8", "None", "None", "None", "True"]

@@ -63,6 +63,12 @@ def _optional(pynvml: Any, call: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
+def _named(pynvml: Any, name: str, *args: Any) -> Any:
+    """``_optional`` by the binding's name: None where this pynvml does not have it."""
+    call = getattr(pynvml, name, None)
+    return None if call is None else _optional(pynvml, call, *args)
+
+
 def _read_gpu(pynvml: Any, index: int) -> Gpu:
     """One GPU. Its handle and PCI bus ID are needed to place it at all; the rest is optional."""
     try:
@@ -138,24 +144,24 @@ def _read_gpu(pynvml: Any, index: int) -> Gpu:
 def _read_migs(pynvml: Any, handle: Any) -> tuple[MigDevice, ...] | None:
     """The MIG devices of a GPU in MIG mode; None when NVML cannot list them. An index
     without a device (NOT_FOUND: that slice is not created) is skipped."""
-    read = _optional
-    count = read(pynvml, pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+    read = _named
+    count = read(pynvml, "nvmlDeviceGetMaxMigDeviceCount", handle)
     if count is None:
         return None
     out = []
     for i in range(count):
-        mig = read(pynvml, pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+        mig = read(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
         if mig is None:
             continue
-        memory = read(pynvml, pynvml.nvmlDeviceGetMemoryInfo, mig)
+        memory = read(pynvml, "nvmlDeviceGetMemoryInfo", mig)
         out.append(
             MigDevice(
                 index=i,
-                uuid=read(pynvml, pynvml.nvmlDeviceGetUUID, mig),
-                name=read(pynvml, pynvml.nvmlDeviceGetName, mig),
+                uuid=read(pynvml, "nvmlDeviceGetUUID", mig),
+                name=read(pynvml, "nvmlDeviceGetName", mig),
                 memory_total=memory.total if memory is not None else None,
-                gpu_instance=read(pynvml, pynvml.nvmlDeviceGetGpuInstanceId, mig),
-                compute_instance=read(pynvml, pynvml.nvmlDeviceGetComputeInstanceId, mig),
+                gpu_instance=read(pynvml, "nvmlDeviceGetGpuInstanceId", mig),
+                compute_instance=read(pynvml, "nvmlDeviceGetComputeInstanceId", mig),
             )
         )
     return tuple(out)
@@ -169,54 +175,61 @@ def _read_links(pynvml: Any, handle: Any) -> dict[str, Any]:
     NVLink states, CPU affinity and NVSwitch fabric.
 
     Each is None when the GPU or driver cannot tell (NOT_SUPPORTED, or a driver too old to
-    have the function: pynvml raises FunctionNotFound, an NVMLError, for that too).
+    have the function: pynvml raises FunctionNotFound, an NVMLError, for that too), or when
+    the installed pynvml is too old to have the binding.
     """
-    read = _optional
+    read = _named
     out: dict[str, Any] = {
-        "pcie_link_width": read(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-        "pcie_link_width_max": read(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-        "pcie_link_gen": read(pynvml, pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-        "pcie_link_gen_max": read(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        "pcie_link_width": read(pynvml, "nvmlDeviceGetCurrPcieLinkWidth", handle),
+        "pcie_link_width_max": read(pynvml, "nvmlDeviceGetMaxPcieLinkWidth", handle),
+        "pcie_link_gen": read(pynvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
+        "pcie_link_gen_max": read(pynvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
         "temperature": read(
-            pynvml, pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU
+            pynvml, "nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU
         ),
         "temperature_slowdown": read(
             pynvml,
-            pynvml.nvmlDeviceGetTemperatureThreshold,
+            "nvmlDeviceGetTemperatureThreshold",
             handle,
             pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
         ),
     }
-    out["power_limit"] = read(pynvml, pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-    out["power_limit_default"] = read(
-        pynvml, pynvml.nvmlDeviceGetPowerManagementDefaultLimit, handle
-    )
-    pending = read(pynvml, pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+    out["power_limit"] = read(pynvml, "nvmlDeviceGetEnforcedPowerLimit", handle)
+    out["power_limit_default"] = read(pynvml, "nvmlDeviceGetPowerManagementDefaultLimit", handle)
+    pending = read(pynvml, "nvmlDeviceGetRetiredPagesPendingStatus", handle)
     out["retired_pages_pending"] = None if pending is None else bool(pending)
-    reasons = read(pynvml, pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
+    reasons = read(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", handle)
     if reasons is None:  # drivers before 535 have only the older name
-        reasons = read(pynvml, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        reasons = read(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
     out["clock_event_reasons"] = reasons
     # Links are numbered from 0; the first that does not answer ends the list (a GPU
     # without NVLink says NOT_SUPPORTED for link 0, one past its last link INVALID_ARGUMENT).
     states: list[bool] = []
     for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-        state = read(pynvml, pynvml.nvmlDeviceGetNvLinkState, handle, link)
+        state = read(pynvml, "nvmlDeviceGetNvLinkState", handle, link)
         if state is None:
             break
         states.append(state == pynvml.NVML_FEATURE_ENABLED)
     out["nvlink_active"] = tuple(states) if states else None
     words = max(1, ((os.sysconf("SC_NPROCESSORS_CONF") or 1) + 63) // 64)
-    mask = read(pynvml, pynvml.nvmlDeviceGetCpuAffinity, handle, words)
+    mask = read(pynvml, "nvmlDeviceGetCpuAffinity", handle, words)
     if mask is not None:
         near = [w * 64 + b for w, word in enumerate(mask) for b in range(64) if word >> b & 1]
         out["cpu_affinity"] = cpu_list(near) or None
-    info = pynvml.c_nvmlGpuFabricInfo_t()
-    if read(pynvml, pynvml.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info)) is not None:
-        out["fabric_state"] = _FABRIC_STATES.get(info.state)
-        if out["fabric_state"] is not None:
-            out["fabric_status"] = int(info.status)
+    out.update(_read_fabric(pynvml, handle))
     return out
+
+
+def _read_fabric(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """NVSwitch fabric registration: nothing on a GPU without one (NOT_SUPPORTED)."""
+    struct = getattr(pynvml, "c_nvmlGpuFabricInfo_t", None)
+    if struct is None:
+        return {}
+    info = struct()
+    if _named(pynvml, "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info)) is None:
+        return {}
+    state = _FABRIC_STATES.get(info.state)
+    return {} if state is None else {"fabric_state": state, "fabric_status": int(info.status)}
 
 
 def _process_name(pynvml: Any, pid: int) -> str | None:
