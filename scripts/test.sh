@@ -12,6 +12,11 @@ if [ ! -r /usr/share/modules/init/bash ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q environment-modules >/dev/null ||
         echo "environment-modules not installed: the --module test uses a stand-in" >&2
 fi
+# Slurm's SPANK header, to build the pyxis stand-in plugin of the --container-image test.
+if [ ! -r /usr/include/slurm/spank.h ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q libslurm-dev >/dev/null ||
+        echo "libslurm-dev not installed: the --container-image test is skipped" >&2
+fi
 # Static checks first: mypy --strict on the package (config in pyproject.toml) and ruff.
 .venv/bin/mypy
 .venv/bin/ruff check clusterjob tests benchmarks examples

@@ -666,3 +666,85 @@ def test_shell_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) 
     assert run(["shell", "--site", str(MLLAB), "--gpus", "1", "--model", "P100"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "unknown GPU model 'P100'" in err
+
+
+# -- containers -------------------------------------------------------------------------------
+
+
+def _last_lines(n: int, **kw: object) -> list[str]:
+    site = load_site(MLLAB)
+    job = resolve(site, JobRequest(model="a100", **kw))  # type: ignore[arg-type]
+    return render(site, job).script.rstrip().splitlines()[-n:]
+
+
+def test_pyxis_runs_the_program_in_an_srun_step_with_the_image() -> None:
+    image = "nvcr.io#nvidia/pytorch:24.01-py3"
+    (line,) = _last_lines(
+        1, script="train.py", container_image=image, container_mounts="/data:/data"
+    )
+    assert line == (
+        f"exec srun --nodes=1 --ntasks=1 --container-image='{image}' "
+        '--container-mounts=/data:/data "$python" train.py'
+    )
+    lines = _last_lines(3, script="train.py", container_image=image, nodes=2)
+    assert lines[0].endswith(f"--kill-on-bad-exit=1 --container-image='{image}' \\")
+    (line,) = _last_lines(1, script="train.py", container_image=image, tasks_per_node=2)
+    assert f"--kill-on-bad-exit=1 --container-image='{image}' \"$python\" train.py" in line
+
+
+def test_in_a_container_python_is_the_images() -> None:
+    site = load_site(MLLAB)
+    job = resolve(site, JobRequest("train.py", model="a100", apptainer="img.sif"))
+    assert job.interpreter is not None
+    assert (job.interpreter.python, job.interpreter.why) == (
+        "python3",
+        "python3 in the container image img.sif",
+    )
+    job = resolve(
+        site, JobRequest("t.py", model="a100", apptainer="i.sif", python="/opt/py/bin/python")
+    )
+    assert job.interpreter is not None and job.interpreter.python == "/opt/py/bin/python"
+
+
+def test_apptainer_exec_nv_with_the_working_dir_bound(tmp_path: Path) -> None:
+    """Run with a stand-in apptainer that shows how it was called, then runs the command."""
+    _exe(tmp_path / "bin" / "apptainer", '#!/bin/sh\necho "apptainer $*"\n')
+    site = load_site(MLLAB)
+    request = JobRequest(
+        "run.sh", args=("a b",), command=True, model="a100", apptainer="/img/torch.sif"
+    )
+    path = tmp_path / "job.sh"
+    path.write_text(render(site, resolve(site, request), node_command=["true"]).script)
+    proc = subprocess.run(
+        ["bash", str(path)], capture_output=True, text=True, cwd=tmp_path,
+        env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"apptainer exec --nv --bind {tmp_path} /img/torch.sif run.sh a b\n"
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"container_image": "a", "apptainer": "b"}, "--container-image and --apptainer exclude"),
+        ({"container_mounts": "/a:/b"}, "--container-mounts needs --container-image (pyxis)"),
+        ({"container_image": " "}, "--container-image must not be empty"),
+        ({"apptainer": "x.sif", "venv": "/v"}, "--venv names an environment on the host"),
+        ({"container_image": "x", "conda": "ml"}, "--conda names an environment on the host"),
+    ],
+)
+def test_container_mistakes(kw: dict[str, object], message: str) -> None:
+    site = load_site(MLLAB)
+    with pytest.raises(UsageError, match="^" + re.escape(message)):
+        resolve(site, JobRequest("train.py", model="a100", **kw))  # type: ignore[arg-type]
+
+
+def test_container_mistake_on_the_command_line_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["submit", "--site", str(MLLAB), "--gpus", "1", "--model", "a100"]
+    assert run([*argv, "--container-mounts", "/a:/b", TRAIN]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "clusterjob: error: --container-mounts needs --container-image (pyxis)\n"
+    )

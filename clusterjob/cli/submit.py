@@ -102,6 +102,20 @@ def submit(
         list[str] | None,
         typer.Option("--env", help="KEY=VALUE exported in the job (repeatable)."),
     ] = None,
+    container_image: Annotated[
+        str | None,
+        typer.Option(
+            "--container-image", help="Run the program in this image (pyxis: an srun step)."
+        ),
+    ] = None,
+    container_mounts: Annotated[
+        str | None,
+        typer.Option("--container-mounts", help="pyxis --container-mounts, passed through."),
+    ] = None,
+    apptainer: Annotated[
+        str | None,
+        typer.Option("--apptainer", help="Run the program under apptainer exec --nv IMAGE."),
+    ] = None,
     launcher_arg: Annotated[
         list[str] | None,
         typer.Option(
@@ -218,12 +232,15 @@ def submit(
         setup=tuple(setup or ()),
         modules=tuple(module or ()),
         env=tuple(env or ()),
+        container_image=container_image,
+        container_mounts=container_mounts,
+        apptainer=apptainer,
         task_args=task_args,
         python=python,
         venv=venv,
         conda=conda,
     )
-    if python is None and venv is None and conda is None:
+    if python is None and venv is None and conda is None and not (container_image or apptainer):
         found = find_submit_python(os.environ)
         request = replace(request, submit_python=found.python, active_env=found.active_env)
     if dependency and "last" in dependency:

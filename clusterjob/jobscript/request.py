@@ -82,6 +82,9 @@ class JobRequest:
     setup: tuple[str, ...] = ()  # --setup: shell lines run before the program, verbatim
     modules: tuple[str, ...] = ()  # --module: `module load NAME`, in order
     env: tuple[str, ...] = ()  # --env KEY=VALUE, exported (the value quoted)
+    container_image: str | None = None  # pyxis: the program's srun step runs in this image
+    container_mounts: str | None = None  # pyxis --container-mounts, passed through
+    apptainer: str | None = None  # the program runs under `apptainer exec --nv IMAGE`
 
 
 @dataclass(frozen=True)
@@ -581,10 +584,47 @@ def program_argv(request: JobRequest) -> tuple[bool, tuple[str, ...]]:
     return False, (request.script, *request.args)
 
 
+def _check_container(request: JobRequest) -> str | None:
+    """The container image (pyxis or apptainer) the program runs in, if any."""
+    given = [
+        (option, value)
+        for option, value in (
+            ("--container-image", request.container_image),
+            ("--container-mounts", request.container_mounts),
+            ("--apptainer", request.apptainer),
+        )
+        if value is not None
+    ]
+    for option, value in given:
+        check_no_nul(value, option)
+        if not value.strip():
+            raise UsageError(f"{option} must not be empty")
+    if request.container_image is not None and request.apptainer is not None:
+        raise UsageError("--container-image and --apptainer exclude each other: give one")
+    if request.container_mounts is not None and request.container_image is None:
+        raise UsageError("--container-mounts needs --container-image (pyxis)")
+    image = request.container_image or request.apptainer
+    if image is not None and (request.venv is not None or request.conda is not None):
+        option = "--venv" if request.venv is not None else "--conda"
+        raise UsageError(
+            f"{option} names an environment on the host; in a container give --python PATH "
+            "(a path inside the image) or nothing (python3 in the image)"
+        )
+    return image
+
+
 def _interpreter(
     site: Site, partition: Partition, request: JobRequest, environ: Mapping[str, str]
 ) -> Interpreter | None:
-    """The interpreter recorded at submit (resubmit), else the one chosen now."""
+    """The interpreter recorded at submit (resubmit), else the one chosen now. In a
+    container: ``--python`` as a path in the image (unchecked here), else its python3."""
+    image = _check_container(request)
+    if image is not None:
+        if request.python is not None and request.python_why is not None:
+            return Interpreter(request.python, request.python_why)
+        if request.python is not None:
+            return Interpreter(request.python, f"--python, in the container image {image}")
+        return Interpreter("python3", f"python3 in the container image {image}")
     if request.python_why is not None and (request.python or request.conda):
         prefix = "recorded at submit: "
         why = request.python_why

@@ -286,3 +286,46 @@ def test_shell_opens_a_session_on_a_gpu_node_with_the_preflight_first(
         env, [*argv, "--", "bash", "-c", "test -t 0 && echo command-on-a-tty"], "", "", tmp_path
     )
     assert out.index("preflight gpu") < out.index("command-on-a-tty"), out
+
+
+@pytest.fixture
+def pyxis_standin(sandbox: Sandbox) -> None:
+    """A SPANK plugin that registers --container-image/--container-mounts as pyxis does
+    (tests/e2e/pyxis_standin.c), built here and named in the sandbox's plugstack.conf (the
+    default one, beside slurm.conf: srun and slurmstepd read it at each start, no restart).
+    It is `optional` and does nothing unless its options are given, so it stays."""
+    if not Path("/usr/include/slurm/spank.h").is_file():
+        pytest.skip("no slurm/spank.h (Debian: libslurm-dev, which scripts/test.sh installs)")
+    plugin = sandbox.state_dir / "lib" / "pyxis_standin.so"
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    source = Path(__file__).with_name("pyxis_standin.c")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(plugin), str(source)],
+        check=True,
+    )
+    plugstack = Path(sandbox.env["SLURM_CONF"]).with_name("plugstack.conf")
+    line = f"optional {plugin}\n"
+    if line not in (plugstack.read_text() if plugstack.exists() else ""):
+        with plugstack.open("a") as f:
+            f.write(line)
+
+
+def test_container_image_passes_through_a_pyxis_style_spank_plugin(
+    cj: Cli, sandbox: Sandbox, pyxis_standin: None
+) -> None:
+    """srun accepts --container-image/--container-mounts only because a SPANK plugin
+    registers them, exactly as on a pyxis site; the step gets them; the preflight ran first,
+    on the host."""
+    job = submit(
+        cj, sandbox, "--gpus", "1", "--model", "A100",
+        "--container-image", "nvcr.io#nvidia/pytorch:24.01-py3",
+        "--container-mounts", "/scratch:/scratch,/data:/data:ro",
+        "--", "bash", "-c",
+        'echo "in-step image=$PYXIS_STANDIN_IMAGE mounts=$PYXIS_STANDIN_MOUNTS"',
+    )  # fmt: skip
+    row = wait_status(cj, job, finished)
+    out = logs(cj, job)
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
+    line = "in-step image=nvcr.io#nvidia/pytorch:24.01-py3 mounts=/scratch:/scratch,/data:/data:ro"
+    assert line in out.splitlines(), out
+    assert out.index("preflight gpu") < out.index("in-step"), out
