@@ -748,3 +748,19 @@ def test_container_mistake_on_the_command_line_is_one_line_exit_2(
     assert out == "" and err == (
         "clusterjob: error: --container-mounts needs --container-image (pyxis)\n"
     )
+
+
+def test_a_conda_env_without_python_fails_the_job_with_one_line(tmp_path: Path) -> None:
+    conda = _exe(tmp_path / "conda", "#!/bin/sh\necho 'conda() { return 0; }'\n")
+    site = load_site(MLLAB)
+    job = resolve(
+        site, JobRequest("train.py", model="a100", conda="bare"), environ={"CONDA_EXE": str(conda)}
+    )
+    path = tmp_path / "job.sh"
+    path.write_text(render(site, job, node_command=["true"]).script)
+    proc = subprocess.run(
+        ["/bin/bash", str(path)], capture_output=True, text=True,
+        env={"PATH": str(tmp_path / "none")},
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr == "clusterjob: conda env bare has no python\n"
