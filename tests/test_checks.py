@@ -628,6 +628,26 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         ),
         [("alloc-env", "info", None), ("alloc-mig", "error", None)],
     ),
+    "job given a MIG slice of the profile it asked for": (
+        dict(
+            models={**MODELS, "A100-3g.40gb": (f"{A100} MIG 3g.40gb",)},
+            node_map=(NodeGpu(0, "A100", BUSES[0]),),
+            inventory=inv(gpu(0, A100, mig_current=True, mig_pending=True, mig_devices=HALVES)),
+            allocation=Allocation(slots=None, mig_devices=(HALVES[0].uuid or "",), source="CVD"),
+            expect_model="a100-3g.40gb",
+        ),
+        [("alloc-env", "info", None)],
+    ),
+    "job given a MIG slice of another profile than it asked for": (
+        dict(
+            models={**MODELS, "A100-1g.10gb": (f"{A100} MIG 1g.10gb",)},
+            node_map=(NodeGpu(0, "A100", BUSES[0]),),
+            inventory=inv(gpu(0, A100, mig_current=True, mig_pending=True, mig_devices=HALVES)),
+            allocation=Allocation(slots=None, mig_devices=(HALVES[0].uuid or "",), source="CVD"),
+            expect_model="A100-1g.10gb",
+        ),
+        [("alloc-env", "info", None), ("alloc-model", "error", 0)],
+    ),
     "job given a MIG device in the older MIG-GPU-<uuid>/gi/ci form": (
         dict(
             node_map=(NodeGpu(0, "A100", BUSES[0]),),
@@ -851,3 +871,11 @@ def test_the_site_schema_knows_every_check_id() -> None:
     from clusterjob.site.model import NODE_CHECK_IDS
 
     assert sorted(NODE_CHECK_IDS) == sorted(CHECK_IDS)
+
+
+def test_mig_profile_message_names_what_was_asked_and_given() -> None:
+    report = check(CASES["job given a MIG slice of another profile than it asked for"][0])
+    assert [f.message for f in report.errors] == [
+        f"gpu2: slot 0 (0000:07:00.0): job asked for A100-1g.10gb, was given MIG device "
+        f"{HALVES[0].uuid}: {A100} MIG 3g.40gb (not a model of this site)"
+    ]

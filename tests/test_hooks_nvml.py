@@ -53,6 +53,7 @@ def site_yaml(
     checks: str = "",
     partition_checks: str = "",
     slot_extra: dict[int, str] | None = None,
+    extra_models: str = "",
 ) -> str:
     links = "" if nvlinks is None else f", nvlinks: {nvlinks}"
     extra = slot_extra or {}
@@ -82,7 +83,7 @@ models:
     gres_type: h100
     nvml_names: ["NVIDIA H100 80GB HBM3"]
     memory_gb: 80
-partitions:
+{extra_models}partitions:
   gpu:
     nodes: "{nodes}"
     default: true
@@ -967,3 +968,31 @@ def test_gpus_json_lists_mig_slices(node: Node) -> None:
     ]
     assert gpus[0]["mig_devices"][0]["name"] == "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
     assert gpus[1]["mig_devices"] is None
+
+
+SLICE_MODELS = """\
+  A100-3g.40gb:
+    gres_type: a100_3g.40gb
+    nvml_names: ["NVIDIA A100-SXM4-80GB MIG 3g.40gb"]
+  A100-1g.10gb:
+    gres_type: a100_1g.10gb
+    nvml_names: ["NVIDIA A100-SXM4-80GB MIG 1g.10gb"]
+"""
+
+
+@pytest.mark.parametrize("asked", ["A100-3g.40gb", "A100-1g.10gb"])
+def test_preflight_mig_slice_against_the_profile_asked_for(node: Node, asked: str) -> None:
+    scenario = migged("3g.40gb", "3g.40gb")
+    node.setup(scenario, slot_extra=HALF, extra_models=SLICE_MODELS)
+    mine = scenario.gpus[0].mig_devices[0][1]
+    env = preflight_env(node, CUDA_VISIBLE_DEVICES=mine, CLUSTERJOB_EXPECT_MODEL=asked)
+    done = node.run("preflight", env=env)
+    if asked == "A100-3g.40gb":
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-2:] == [
+        "error: alloc-model: gpu2: slot 0 (0000:07:00.0): job asked for A100-1g.10gb, was "
+        f"given MIG device {mine}: NVIDIA A100-SXM4-80GB MIG 3g.40gb (A100-3g.40gb)",
+        "clusterjob: error: preflight gpu2: FAILED (1 error(s), 0 warning(s))",
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from clusterjob.gpu.inventory import Gpu, MigDevice
+from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.node.checks.facts import Facts, Need
 from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Stage, check
@@ -127,3 +128,31 @@ def _names(text: str, gpu: Gpu, mig: MigDevice) -> bool:
             ]
         )
     return bool(mig.uuid) and mig.uuid == text
+
+
+@check(
+    "alloc-model", Severity.ERROR, stage=Stage.REQUEST, needs={Need.EXPECT_MODEL, Need.ALLOCATION}
+)
+def alloc_model_mig(facts: Facts) -> Iterator[Observation]:
+    """Each MIG device the job was given is of the model (a site model per MIG profile, by
+    the name NVML gives the slice) the job asked for. Unknown slices are alloc-mig's."""
+    wanted = facts.expect_model or ""
+    migs = facts.allocation.mig_devices if facts.allocation is not None else ()
+    known = [(g, m) for g in facts.physical for m in g.mig_devices or ()]
+    for text in migs:
+        hit = next(((g, m) for g, m in known if _names(text, g, m)), None)
+        if hit is None:
+            continue
+        gpu, mig = hit
+        found = model_for_nvml_name(mig.name, facts.models)
+        if found is not None and found.casefold() == wanted.casefold():
+            continue
+        shown = f"{mig.name} ({found or 'not a model of this site'})"
+        yield Observation(
+            f"{facts.where(facts.slot_of(gpu), gpu.bus_id)}: job asked for {wanted}, was given "
+            f"MIG device {text}: {shown}",
+            facts.slot_of(gpu),
+            gpu.bus_id,
+            wanted,
+            mig.name,
+        )
