@@ -438,6 +438,18 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         ),
         [("gpu-busy", "error", 0)],
     ),
+    "a process on a GPU in MIG mode belongs to a slice: not a leftover": (
+        dict(
+            node_map=slots("A100"),
+            inventory=inv(
+                gpu(
+                    0, A100, mig_current=True, mig_pending=True, processes=(GpuProcess(7, 1, None),)
+                )
+            ),
+            allocation=alloc(0),
+        ),
+        [],
+    ),
     "a process on another job's GPU is that job's": (
         dict(
             node_map=slots("A100", "A100"),

@@ -233,8 +233,9 @@ def retired_pages_pending(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
 def gpu_busy(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """Compute processes on a GPU this job was given, before it starts: another job's leftover
     (or a process outside Slurm). Other jobs' GPUs are theirs to use: not looked at. Inside the
-    job (preflight) the job's own earlier steps may be there: a warning only."""
-    if gpu.lost or not gpu.processes or facts.job_has(gpu) is not True:
+    job (preflight) the job's own earlier steps may be there: a warning only. A GPU in MIG
+    mode is shared: its processes belong to slices other jobs may hold, so it is skipped."""
+    if gpu.lost or not gpu.processes or gpu.mig_current or facts.job_has(gpu) is not True:
         return
     procs = ", ".join(f"pid {p.pid} ({p.name or '?'})" for p in gpu.processes)
     what = f"{len(gpu.processes)} compute process(es) already running: {procs}"
