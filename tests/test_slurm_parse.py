@@ -506,3 +506,60 @@ def test_expand_output_pattern_big_j_and_no_node() -> None:
 def test_parse_job_id_says_what_sbatch_printed() -> None:
     with pytest.raises(ValueError, match=r"^sbatch printed 'Submitted x', not a job id$"):
         parse.parse_job_id("Submitted x\n")
+
+
+def test_a_minimal_scontrol_job_record_reads_as_nothing_known() -> None:
+    """Keys a release does not print are empty, never a made-up value."""
+    (job,) = parse.parse_scontrol_jobs("JobId=5\n")
+    assert (job.job_id, job.name, job.state, job.reason, job.partition) == ("5", "", "", None, "")
+    assert (job.exit_code, job.signal, job.nodes, job.start, job.end) == (
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    assert (job.run_time, job.work_dir, job.stdout, job.stderr, job.comment) == (
+        "",
+        None,
+        None,
+        None,
+        None,
+    )
+    assert (job.tres_per_node, job.tres_per_job, job.tres_per_task) == (None, None, None)
+
+
+def test_scontrol_job_end_time_and_gpus_per_task() -> None:
+    (done,) = parse.parse_scontrol_jobs(fixture("scontrol_show_job_completed.txt"))
+    assert done.end is not None and done.start is not None and done.end >= done.start
+    (job,) = parse.parse_scontrol_jobs("JobId=6 TresPerTask=gres/gpu:1 TresPerJob=gres:gpu:2\n")
+    assert (job.tres_per_task, job.tres_per_job) == ("gres/gpu:1", "gres:gpu:2")
+
+
+MULTILINE_NODES = """\
+NodeName=n1 Arch=x86_64 CoresPerSocket=1
+   Gres=gpu:a100:2
+   State=IDLE+DRAIN ThreadsPerCore=1
+   Reason=card 1 bad: ecc=12 x [root@2026-01-01T00:00:00]
+   Partitions=gpu,debug
+   Comment=(null)
+
+NodeName=n2 Arch=x86_64
+   Gres=gpu:1
+   State=DOWN*
+   Reason=Not responding [slurm@2026-01-01T00:00:00]
+   Partitions=gpu
+"""
+
+
+def test_multiline_node_records_with_free_text_reasons() -> None:
+    """A Reason runs to the end of its own line, whatever it contains; the keys after it are
+    read as usual."""
+    n1, n2 = parse.parse_scontrol_nodes(MULTILINE_NODES)
+    assert (n1.name, n1.state, n1.flags, n1.gres) == ("n1", "IDLE", ("DRAIN",), "gpu:a100:2")
+    assert n1.reason == "card 1 bad: ecc=12 x [root@2026-01-01T00:00:00]"
+    assert n1.partitions == ("gpu", "debug")
+    assert n1.raw["Comment"] == "(null)" and "ecc" not in n1.raw
+    assert (n2.name, n2.state, n2.flags, n2.gres) == ("n2", "DOWN*", (), "gpu:1")
+    assert n2.reason == "Not responding [slurm@2026-01-01T00:00:00]"
+    assert n2.partitions == ("gpu",)
