@@ -166,3 +166,157 @@ def test_cli_status_on_a_corrupt_registry_and_repair(
     assert run(["status", "--repair"]) == 0
     assert "moved aside to" in capsys.readouterr().out
     assert run(["status"]) == 0
+
+
+# -- every field, every read (what mutation testing showed untested) -------------------------
+
+
+def full_record(job_id: str, token: str, at: float) -> JobRecord:
+    return JobRecord(
+        job_id=job_id, cluster="lab", site="mllab", token=token, job_name="train",
+        script="#!/bin/bash\necho hi\n", script_path="/d/x.sh",
+        command_line="clusterjob submit x.py", work_dir="/home/ana", git_commit="abc123",
+        submitted_at=at, resubmit_of="9", state="RUNNING", reason="None", exit_code=0,
+        nodes="gpu1", stdout_path="/o", stderr_path="/e", state_checked_at=at + 1,
+        gpus="gres/gpu:a100=2", elapsed="00:01:02", request='{"gpus": 2}', tasks="[]",
+    )  # fmt: skip
+
+
+def test_every_field_is_stored_and_read_back(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "jobs.sqlite")
+    first, second = full_record("10", "a", 100.0), full_record("11", "b", 200.0)
+    reg.add(first, second)  # one transaction, both kept
+    assert reg.all() == [first, second]
+    assert reg.get("10") == first and reg.get("11", "lab") == second
+    assert reg.by_token("b") == second and reg.by_token("zz") is None
+    assert reg.get("12") is None and reg.get("10", "elsewhere") is None
+    assert reg.newest() == second
+    assert first.submitted.timestamp() == 100.0
+
+
+def test_state_updates_keep_what_a_query_did_not_say(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "jobs.sqlite")
+    reg.add(full_record("10", "a", 100.0), record("11", "b", at=200.0, cluster=""))
+    reg.update_states([], checked_at=5.0)  # nothing to do
+    reg.update_states(
+        [StateUpdate("a", "other", "COMPLETED"), StateUpdate("b", "lab", "PENDING", "Priority")],
+        checked_at=300.0,
+    )
+    a, b = reg.get("10"), reg.get("11")
+    assert a is not None and b is not None
+    assert (a.cluster, a.state, a.reason, a.state_checked_at) == ("lab", "COMPLETED", None, 300.0)
+    assert (a.exit_code, a.nodes, a.stdout_path, a.stderr_path) == (0, "gpu1", "/o", "/e")
+    assert (a.gpus, a.elapsed, a.tasks) == ("gres/gpu:a100=2", "00:01:02", "[]")
+    assert (b.cluster, b.state, b.reason) == ("lab", "PENDING", "Priority")
+    reg.update_states(
+        [StateUpdate("b", "lab", "FAILED", None, 2, "n1", "/o2", "/e2", "gpu=1", "1:00", "[1]")],
+        checked_at=400.0,
+    )
+    b = reg.get("11")
+    assert b is not None
+    assert (b.state, b.exit_code, b.nodes, b.stdout_path, b.stderr_path) == (
+        "FAILED", 2, "n1", "/o2", "/e2",
+    )  # fmt: skip
+    assert (b.gpus, b.elapsed, b.tasks, b.state_checked_at) == ("gpu=1", "1:00", "[1]", 400.0)
+
+
+def test_reads_by_state_and_time_in_submission_order(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "jobs.sqlite")
+    reg.add(record("12", "c", at=300.0, state="RUNNING"))
+    reg.add(record("10", "a", at=100.0, state="PENDING"))
+    reg.add(record("11", "b", at=200.0, state="RUNNING"))
+    assert [r.job_id for r in reg.with_states(["RUNNING"])] == ["12", "11"]
+    assert [r.job_id for r in reg.with_states(["RUNNING", "PENDING"])] == ["12", "10", "11"]
+    assert [r.job_id for r in reg.with_states(["RUNNING"], exclude=True)] == ["10"]
+    assert [r.job_id for r in reg.since(200.0)] == ["12", "11"]
+    assert reg.since(301.0) == []
+    assert reg.newest().job_id == "12"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("spec", "job_id"),
+    [("last", "12"), ("last~0", "12"), ("last~1", "11"), ("last~2", "10"), (" 10 ", "10")],
+)
+def test_last_and_last_n(tmp_path: Path, spec: str, job_id: str) -> None:
+    reg = Registry(tmp_path / "jobs.sqlite")
+    reg.add(record("10", "a", at=100.0), record("11", "b", at=200.0), record("12", "c", at=200.0))
+    assert reg.resolve_id(spec) == job_id
+
+
+def test_job_id_refusals_say_why(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "jobs.sqlite")
+    reg.add(record("10", "a", at=100.0))
+    with pytest.raises(UsageError) as info:
+        reg.resolve_id("last~3")
+    assert str(info.value) == "`last~3`: clusterjob has not submitted 4 jobs yet"
+    for spec in ("last~x", "last~", "last3", "1_2_3", "1__2"):
+        with pytest.raises(UsageError) as info:
+            reg.resolve_id(spec)
+        assert str(info.value) == (
+            f"not a job id: {spec!r} (expected digits such as 12345, or last)"
+        )
+    with pytest.raises(UsageError) as info:
+        Registry(tmp_path / "empty.sqlite").resolve_id("last")
+    assert str(info.value) == "`last`: clusterjob has not submitted any job yet"
+
+
+def test_an_older_registry_gains_the_new_columns(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, "
+        "cluster TEXT NOT NULL DEFAULT '', site TEXT NOT NULL DEFAULT '', token TEXT NOT NULL "
+        "UNIQUE, job_name TEXT NOT NULL DEFAULT '', script TEXT NOT NULL, script_path TEXT NOT "
+        "NULL DEFAULT '', command_line TEXT NOT NULL DEFAULT '', work_dir TEXT NOT NULL DEFAULT "
+        "'', git_commit TEXT, submitted_at REAL NOT NULL, resubmit_of TEXT, state TEXT NOT NULL "
+        "DEFAULT 'SUBMITTED', reason TEXT, exit_code INTEGER, nodes TEXT, stdout_path TEXT, "
+        "stderr_path TEXT, state_checked_at REAL, gpus TEXT, elapsed TEXT)"
+    )
+    conn.execute(
+        "INSERT INTO jobs (job_id, token, script, submitted_at) VALUES ('7', 't', '#!', 1.0)"
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    reg = Registry(path)
+    old = reg.get("7")
+    assert old is not None and (old.request, old.tasks, old.state) == (None, None, "SUBMITTED")
+    reg.add(full_record("8", "u", 2.0))
+    assert reg.get("8") == full_record("8", "u", 2.0)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_a_registry_from_a_newer_clusterjob_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite"
+    Registry(path).check()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+    with pytest.raises(RegistryError) as info:
+        Registry(path).check()
+    assert str(info.value) == (
+        f"job registry {path} was written by a newer clusterjob (schema 3 > 2); upgrade clusterjob"
+    )
+
+
+def test_data_dir_default_is_under_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("CLUSTERJOB_DATA_DIR", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert data_dir() == tmp_path / ".local" / "share" / "clusterjob"
+    monkeypatch.setenv("XDG_DATA_HOME", "")
+    assert data_dir() == tmp_path / ".local" / "share" / "clusterjob"
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", "")
+    assert data_dir() == tmp_path / ".local" / "share" / "clusterjob"
+
+
+def test_an_unwritable_data_dir_is_a_registry_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(RegistryError) as info:
+        Registry(blocker / "jobs.sqlite").check()
+    assert str(info.value) == f"cannot create {blocker}: File exists"
