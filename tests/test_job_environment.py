@@ -21,6 +21,7 @@ import pytest
 from clusterjob import resources
 from clusterjob.cli import run
 from clusterjob.errors import ConfigError, UsageError
+from clusterjob.jobs.logs import RankLayout, select_lines
 from clusterjob.jobs.registry import JobRecord
 from clusterjob.jobs.submit import recorded_request
 from clusterjob.jobscript.interpreter import SubmitPython, choose, find_submit_python
@@ -395,7 +396,10 @@ def test_a_command_under_multi_node_torchrun_is_no_python(tmp_path: Path) -> Non
     site = load_site(MLLAB)
     request = JobRequest("bash", args=("run.sh",), model="a100", nodes=2, command=True)
     script = render(site, resolve(site, request), python="/bin/sh").script
-    assert '--master-port="$MASTER_PORT" --no-python "$@"\' \\\n    "$python" bash run.sh' in script
+    assert (
+        '--master-port="$MASTER_PORT" --tee=3 --no-python "$@"\' \\\n    "$python" bash run.sh'
+        in script
+    )
 
 
 def test_dry_run_of_a_command_after_double_dash(
@@ -448,16 +452,16 @@ def test_single_node_torchrun_starts_one_worker_per_gpu_with_the_users_options()
     )
     assert line == (
         'exec "$python" -m torch.distributed.run --standalone --nnodes=1 --nproc-per-node=2 '
-        "--max-restarts=3 train.py"
+        "--tee=3 --max-restarts=3 train.py"
     )
     line = _launch_line(script="bash", args=("run.sh",), command=True, launcher="torchrun")
-    assert line.endswith("--nproc-per-node=1 --no-python bash run.sh")
+    assert line.endswith("--nproc-per-node=1 --tee=3 --no-python bash run.sh")
 
 
 def test_srun_starts_tasks_per_node_tasks() -> None:
     line = _launch_line(script="train.py", tasks_per_node=4, launcher_args=("--label",))
     assert line == (
-        'exec srun --ntasks-per-node=4 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 '
+        'exec srun --label --ntasks-per-node=4 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 '
         '--label "$python" train.py'
     )
 
@@ -764,3 +768,47 @@ def test_a_conda_env_without_python_fails_the_job_with_one_line(tmp_path: Path) 
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr == "clusterjob: conda env bare has no python\n"
+
+
+# -- logs of many ranks -----------------------------------------------------------------------
+
+_TORCH_TWO_NODES = (
+    "preflight gpu1: OK\n"
+    "0: [rank0]: hello from 0\n"
+    "1: [rank2]: hello from 2\n"
+    "0: [rank1]: hello from 1\n"
+    "1: W torchrun warning\n"
+    "1: [rank3]: hello from 3\n"
+)
+_SRUN_FOUR_TASKS = " 0: a0\n 2: a2\n 1: a1\n 3: a3\n10: a10\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "layout", "rank", "node", "want"),
+    [
+        (_TORCH_TWO_NODES, ("torchrun", ("gpu1", "gpu2"), 1), 2, None,
+         "1: [rank2]: hello from 2\n"),
+        (
+            _TORCH_TWO_NODES, ("torchrun", ("gpu1", "gpu2"), 1), None, "gpu2",
+            "1: [rank2]: hello from 2\n1: W torchrun warning\n1: [rank3]: hello from 3\n",
+        ),
+        (_TORCH_TWO_NODES, ("torchrun", ("gpu1", "gpu2"), 1), 1, "gpu2", ""),
+        ("[rank0]: a\n[rank1]: b\nplain\n", ("torchrun", ("gpu1",), 1), 1, None, "[rank1]: b\n"),
+        ("[rank0]: a\nplain\n", ("torchrun", ("gpu1",), 1), None, "gpu1", "[rank0]: a\nplain\n"),
+        (_SRUN_FOUR_TASKS, ("srun", ("n1", "n2"), 2), 1, None, " 1: a1\n"),
+        (_SRUN_FOUR_TASKS, ("srun", ("n1", "n2"), 2), None, "n2", " 2: a2\n 3: a3\n"),
+        (_SRUN_FOUR_TASKS, ("srun", ("n1", "n2"), 2), 10, None, "10: a10\n"),
+    ],
+)  # fmt: skip
+def test_one_ranks_or_one_nodes_lines(
+    text: str, layout: tuple[str, tuple[str, ...], int], rank: int | None, node: str | None,
+    want: str,
+) -> None:  # fmt: skip
+    assert select_lines(text, RankLayout(*layout), rank=rank, node=node) == want
+
+
+def test_rank_and_node_mistakes() -> None:
+    with pytest.raises(UsageError, match=r"^--node gpu9: the job ran on gpu1, gpu2$"):
+        select_lines("", RankLayout("torchrun", ("gpu1", "gpu2")), rank=None, node="gpu9")
+    with pytest.raises(UsageError, match=r"^--rank: this job started one process"):
+        select_lines("", RankLayout("none", ("gpu1",)), rank=0, node=None)

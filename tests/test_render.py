@@ -387,6 +387,7 @@ def test_several_nodes_preflight_each_and_launch_torchrun(tmp_path: Path, fake_b
             f"--node-rank={rank}",
             "--master-addr=10.1.2.3",
             "--master-port=21234",
+            "--tee=3",
             "train.py",
             "--lr",
             "3e-4",

@@ -130,12 +130,26 @@ def logs(
     task: Annotated[
         int | None, typer.Option("--task", help="The array task whose output to print.")
     ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option("--rank", help="Only this rank's lines (torchrun worker or srun task)."),
+    ] = None,
+    node: Annotated[str | None, typer.Option("--node", help="Only this node's lines.")] = None,
 ) -> None:
     """Print a job's output file (Slurm's own path for it)."""
     from clusterjob.jobs import logs as job_logs
 
     path = job_logs.output_path(job, stderr=err, task=task)
     name = job if task is None else f"{job}_{task}"
+    if rank is not None or node is not None:
+        if follow:
+            raise UsageError("--rank/--node print what is there: drop --follow")
+        layout = job_logs.rank_layout(name)
+        if not path.exists():
+            raise UsageError(f"{path} does not exist (yet): the job may not have started")
+        text = path.read_text(errors="replace")
+        sys.stdout.write(job_logs.select_lines(text, layout, rank=rank, node=node))
+        return
     if not follow:
         if not path.exists():
             raise UsageError(f"{path} does not exist (yet): the job may not have started")

@@ -6,7 +6,10 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import hostlist
 
 from clusterjob.errors import UsageError
 from clusterjob.jobs.registry import JobRecord, Registry
@@ -159,3 +162,74 @@ def follow(
 def is_finished(job: str, *, client: SlurmClient | None = None) -> bool:
     rows = status([job], client=client)
     return all(parse.is_final(r.state) or r.state == "UNKNOWN" for r in rows)
+
+
+# -- one rank's or one node's lines -------------------------------------------------------------
+
+_SRUN_LABEL = re.compile(r"^ *(\d+): ")  # srun --label: the task id, padded to one width
+_TORCH_RANK = re.compile(r"\[rank(\d+)\]: ")  # torchrun --tee with the job's line prefix
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """How a job labels its lines: ``torchrun`` (``[rankN]:`` per worker, and the node's
+    index first when several nodes), ``srun`` (the task id first), or ``none``."""
+
+    launcher: str
+    nodes: tuple[str, ...]  # the job's nodes, in Slurm's order (node index i)
+    tasks_per_node: int = 1
+
+
+def select_lines(text: str, layout: RankLayout, *, rank: int | None, node: str | None) -> str:
+    """The lines of one rank (``--rank``) and/or one node (``--node``)."""
+    node_index: int | None = None
+    if node is not None:
+        if node not in layout.nodes:
+            ran = ", ".join(layout.nodes) or "no node yet"
+            raise UsageError(f"--node {node}: the job ran on {ran}")
+        node_index = layout.nodes.index(node)
+    if rank is not None and layout.launcher == "none":
+        raise UsageError(
+            "--rank: this job started one process (no launcher), whose output is all there is"
+        )
+    kept = []
+    for line in text.splitlines(keepends=True):
+        label = _SRUN_LABEL.match(line)
+        task = int(label.group(1)) if label else None
+        worker = _TORCH_RANK.search(line)
+        if rank is not None:
+            own = int(worker.group(1)) if worker else None
+            if layout.launcher == "srun":
+                own = task
+            if own != rank:
+                continue
+        if node_index is not None and len(layout.nodes) > 1:
+            if task is None:
+                continue
+            on = task // layout.tasks_per_node if layout.launcher == "srun" else task
+            if on != node_index:
+                continue
+        kept.append(line)
+    return "".join(kept)
+
+
+def rank_layout(
+    job: str, *, registry: Registry | None = None, client: SlurmClient | None = None
+) -> RankLayout:
+    """The job's launcher and nodes, from its recorded request and Slurm (or the registry)."""
+    from clusterjob.jobs.submit import recorded_request
+    from clusterjob.jobscript.request import choose_launcher
+
+    registry = registry or Registry()
+    job_id = registry.resolve_id(job)
+    base, _ = split_array_id(job_id)
+    record = registry.get(base)
+    if record is None:
+        raise UsageError(f"job {job_id}: --rank/--node need a job clusterjob submitted")
+    request = recorded_request(record)
+    nodes = record.nodes
+    if nodes is None:
+        live = (client or SlurmClient()).scontrol_job(job_id)
+        nodes = live.nodes if live is not None else None
+    names = tuple(hostlist.expand_hostlist(nodes)) if nodes else ()
+    return RankLayout(choose_launcher(request), names, request.tasks_per_node)

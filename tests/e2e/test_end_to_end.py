@@ -179,6 +179,15 @@ def test_two_nodes_torchrun_rendezvous(cj: Cli, sandbox: Sandbox) -> None:
         assert r["cuda_visible_devices"] == "0,1", r
     # both nodes were preflighted
     assert len(re.findall(r"^preflight gpu[12]: OK", out, re.M)) == 2, out
+    # one rank's lines, one node's lines (srun --label, torchrun --tee [rankN]:)
+    node_of = {r["rank"]: r["slurmd_nodename"] for r in ranks}
+    three = cj("logs", job, "--rank", "3")
+    assert three.returncode == 0 and "rank=3 " in three.stdout, three
+    assert all("[rank3]: " in line for line in three.stdout.splitlines()), three.stdout
+    second = cj("logs", job, "--node", node_of["3"])
+    assert second.returncode == 0, second.stderr
+    shown = set(re.findall(r"\[rank(\d)\]: rank-summary", second.stdout))
+    assert shown == {r for r, n in node_of.items() if n == node_of["3"]}, second.stdout
 
 
 def test_array_and_dependency(cj: Cli, sandbox: Sandbox) -> None:

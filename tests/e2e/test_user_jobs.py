@@ -145,11 +145,11 @@ def test_any_command_runs_as_given(cj: Cli, sandbox: Sandbox, tmp_path: Path) ->
 
 
 def _rank_summaries(out: str) -> list[dict[str, str]]:
-    """examples/train.py's one line per process."""
+    """examples/train.py's one line per process (after any rank label)."""
     return [
-        dict(word.split("=", 1) for word in line.split()[1:])
+        dict(word.split("=", 1) for word in line.split("rank-summary: ", 1)[1].split())
         for line in out.splitlines()
-        if line.startswith("rank-summary: ")
+        if "rank-summary: " in line
     ]
 
 
@@ -170,6 +170,11 @@ def test_single_node_torchrun_two_ranks_each_on_its_gpu(cj: Cli, sandbox: Sandbo
     assert len({r["slurmd_nodename"] for r in ranks}) == 1
     assert {r["cuda_visible_devices"] for r in ranks} == {"0,1"}
     assert len(re.findall(r"^preflight gpu[12]: OK", out, re.M)) == 1, out
+    # each worker's lines are labelled; `logs --rank 1` shows rank 1's alone
+    one = cj("logs", job, "--rank", "1")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout and all(ln.startswith("[rank1]: ") for ln in one.stdout.splitlines())
+    assert "[rank1]: RANK=1" in one.stdout.splitlines(), one.stdout
 
 
 def test_srun_starts_tasks_per_node_tasks(cj: Cli, sandbox: Sandbox) -> None:
@@ -179,8 +184,11 @@ def test_srun_starts_tasks_per_node_tasks(cj: Cli, sandbox: Sandbox) -> None:
     row = wait_status(cj, job, finished)
     out = logs(cj, job)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
-    procids = sorted(m for m in re.findall(r"^SLURM_PROCID=(\d+)$", out, re.M))
-    assert procids == ["0", "1"], out
+    procids = sorted(re.findall(r"^(\d+): SLURM_PROCID=(\d+)$", out, re.M))
+    assert procids == [("0", "0"), ("1", "1")], out  # srun --label: each line's task
+    one = cj("logs", job, "--rank", "1")
+    assert one.returncode == 0 and "1: SLURM_PROCID=1" in one.stdout.splitlines(), one
+    assert all(ln.startswith("1: ") for ln in one.stdout.splitlines()), one.stdout
 
 
 def test_setup_module_and_env_reach_the_program(cj: Cli, sandbox: Sandbox, tmp_path: Path) -> None:

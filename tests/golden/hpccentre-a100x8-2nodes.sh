@@ -31,7 +31,10 @@ mapfile -t job_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 MASTER_ADDR=$(scontrol show node -o "${job_nodes[0]}" | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
 export MASTER_ADDR=${MASTER_ADDR:-${job_nodes[0]}}
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+# Each worker's lines start with [rankN]: (torchrun --tee), each node's with its index (srun
+# --label): `clusterjob logs JOB --rank N` or `--node NAME` picks them out.
+export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]: '
 # One torchrun per node; it starts one worker per GPU. "$0" is the interpreter below.
-exec srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 \
-    bash -c 'exec "$0" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"' \
+exec srun --label --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 \
+    bash -c 'exec "$0" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=8 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --tee=3 "$@"' \
     "$python" train.py
