@@ -812,3 +812,16 @@ def test_rank_and_node_mistakes() -> None:
         select_lines("", RankLayout("torchrun", ("gpu1", "gpu2")), rank=None, node="gpu9")
     with pytest.raises(UsageError, match=r"^--rank: this job started one process"):
         select_lines("", RankLayout("none", ("gpu1",)), rank=0, node=None)
+
+
+def test_a_sites_missing_interpreter_stops_submit_but_not_shell_or_avail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _site_with_job(tmp_path, "{python: /nonexistent/bin/python}")
+    site = load_site(path)
+    with pytest.raises(UsageError, match=r"^site\.yaml: job python /nonexistent/bin/python: no"):
+        resolve(site, JobRequest("train.py", model="a100"))
+    job = resolve(site, JobRequest("train.py", model="a100"), choose_interpreter=False)
+    assert job.interpreter is None
+    assert run(["shell", "--site", str(path), "--gpus", "1", "--model", "a100", "--dry-run"]) == 0
+    assert "srun --pty" in capsys.readouterr().out

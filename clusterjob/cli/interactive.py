@@ -69,7 +69,8 @@ def shell(
         job_name=job_name,
     )
     the_site = load_site(site)
-    session = shell_session(the_site, resolve(the_site, request), tuple(command or ()))
+    job = resolve(the_site, request, choose_interpreter=False)  # the session runs no script
+    session = shell_session(the_site, job, tuple(command or ()))
     if dry_run:
         typer.echo(session.command_line())
         return

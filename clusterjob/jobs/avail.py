@@ -188,7 +188,7 @@ def estimate_start(
         partition=partition,
         job_name="clusterjob-avail",
     )
-    resolved = resolve(site, request)
+    resolved = resolve(site, request, choose_interpreter=False)  # sbatch --test-only: never runs
     result = submit(site, resolved, render(site, resolved), test_only=True, client=client)
     assert isinstance(result, TestOnlyResult)
     return result.estimate

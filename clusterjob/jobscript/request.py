@@ -652,12 +652,18 @@ def _interpreter(
 
 
 def resolve(
-    site: Site, request: JobRequest, *, environ: Mapping[str, str] | None = None
+    site: Site,
+    request: JobRequest,
+    *,
+    environ: Mapping[str, str] | None = None,
+    choose_interpreter: bool = True,
 ) -> ResolvedJob:
     """Make ``request`` concrete for ``site``, or say in one line why it cannot be.
 
     Besides the site, only the file system is read: that a chosen interpreter exists and is
     executable, and (``--conda``) where conda is, from ``environ`` (default ``os.environ``).
+    ``choose_interpreter=False``: no interpreter (a job that is never run: ``avail``'s
+    estimate, an interactive shell), so a site's node-only interpreter does not stop it.
     """
     _check_text_fields(request)
     request, notes = _array_and_signal(request)
@@ -684,7 +690,11 @@ def resolve(
         gres, constraint = gres_request(
             site, model, request.gpus, request.nodes, request.constraint
         )
-    interpreter = _interpreter(site, partition, request, os.environ if environ is None else environ)
+    interpreter = None
+    if choose_interpreter:
+        interpreter = _interpreter(
+            site, partition, request, os.environ if environ is None else environ
+        )
     if interpreter is not None:
         request = replace(
             request,
