@@ -563,3 +563,46 @@ def test_multiline_node_records_with_free_text_reasons() -> None:
     assert (n2.name, n2.state, n2.flags, n2.gres) == ("n2", "DOWN*", (), "gpu:1")
     assert n2.reason == "Not responding [slurm@2026-01-01T00:00:00]"
     assert n2.partitions == ("gpu",)
+
+
+def test_squeue_and_sacct_rows_field_by_field() -> None:
+    """The first row of each recording, whole: a field read from the wrong column shows."""
+    rows = parse.parse_squeue("\n" + fixture("squeue_jobs.txt"))  # a blank line is skipped
+    assert len(rows) == 6
+    first = rows[0]
+    assert (first.job_id, first.cluster, first.state, first.reason) == (
+        "13", "recclu", "PENDING", "PartitionTimeLimit",
+    )  # fmt: skip
+    assert (first.partition, first.nodes, first.elapsed, first.time_limit) == (
+        "debug", None, "0:00", "1:00:00",
+    )  # fmt: skip
+    assert (first.start, first.submit) == (None, datetime(2026, 11, 29, 16, 18, 23))
+    assert (first.user, first.work_dir, first.name) == ("root", "/tmp/cjrec/jobs", "hello")
+    assert (first.stdout, first.comment) == ("/tmp/cjrec/jobs/%x-%j.out", "clusterjob:tok123abc")
+    done = parse.parse_sacct("\n" + fixture("sacct_jobs.txt"))
+    assert len(done) == 3
+    job = done[0]
+    assert (job.job_id, job.cluster, job.name, job.state) == ("2", "sandbox", "rec-ok", "COMPLETED")
+    assert (job.exit_code, job.signal, job.elapsed, job.nodes) == (0, 0, "00:00:01", "gpu1")
+    assert (job.start, job.end, job.submit) == (
+        datetime(2026, 11, 29, 16, 26, 34),
+        datetime(2026, 11, 29, 16, 26, 35),
+        datetime(2026, 11, 29, 16, 26, 33),
+    )
+    assert (job.partition, job.work_dir, job.reason) == ("gpu", "/tmp/cjsb", None)
+
+
+def test_a_row_with_the_wrong_number_of_fields_is_refused() -> None:
+    line = fixture("squeue_jobs.txt").splitlines()[0]
+    short = parse.DELIMITER.join(line.split(parse.DELIMITER)[:-2])
+    width = len(parse.SQUEUE_FIELDS)
+    with pytest.raises(ValueError) as info:
+        parse.parse_squeue(short)
+    assert str(info.value) == f"squeue line has {width - 2} fields, expected {width}: {short!r}"
+    sacct_line = fixture("sacct_jobs.txt").splitlines()[0] + parse.DELIMITER + "x"
+    width = len(parse.SACCT_FIELDS)
+    with pytest.raises(ValueError) as info:
+        parse.parse_sacct(sacct_line)
+    assert str(info.value) == (
+        f"sacct line has {width + 1} fields, expected {width}: {sacct_line!r}"
+    )
