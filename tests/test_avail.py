@@ -272,3 +272,22 @@ def test_format_availability_without_rows_and_with_unknown_use() -> None:
         "a job of 1 x GPU would start at never (Unknown) on gpu1 (partition gpu; "
         "Slurm's estimate, nothing submitted)",
     ]
+
+
+def test_untyped_gres_is_named_by_the_node_map(sandbox_site: Site) -> None:
+    """`gpu:8` on h1, whose map has only H100s, is H100; on gpu1 (A100 and V100) only "gpu"."""
+    text = (FIXTURES / "scontrol_show_node_detail_sandbox_h1_busy.txt").read_text()
+    untyped = text.replace("gpu:h100:", "gpu:").replace("gpu:a100:2,gpu:v100:2", "gpu:4")
+    untyped = untyped.replace("gpu:a100:0(IDX:N/A),gpu:v100:0(IDX:N/A)", "gpu:0(IDX:N/A)")
+    rows = {
+        (r.partition, r.model): (r.free, r.total)
+        for r in summarise(sandbox_site, parse_scontrol_nodes(untyped)).rows
+    }
+    assert rows[("h100", "H100")] == (0, 8)
+    assert rows[("gpu", "gpu")] == (8, 8)
+
+
+def test_the_estimate_asks_for_the_partition_given(sandbox_site: Site, data: Path) -> None:
+    slurm = NodeSlurm("scontrol_show_node_detail_sandbox_h1_busy.txt")
+    availability(sandbox_site, gpus=1, model="a100", partition="suspect", client=slurm.client())
+    assert "#SBATCH --partition=suspect" in slurm.scripts[-1].splitlines()
