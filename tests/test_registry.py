@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -320,3 +321,18 @@ def test_an_unwritable_data_dir_is_a_registry_error(tmp_path: Path) -> None:
     with pytest.raises(RegistryError) as info:
         Registry(blocker / "jobs.sqlite").check()
     assert str(info.value) == f"cannot create {blocker}: File exists"
+
+
+def test_repair_names_the_file_it_moved_aside_by_time(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite"
+    _corrupt(path)
+    moved = repair(path)
+    assert moved is not None
+    assert re.fullmatch(r"jobs\.sqlite\.corrupt-\d{8}T\d{6}", moved.name), moved.name
+    assert [p.name for p in tmp_path.iterdir()] == [moved.name]
+    assert repair(path) is None  # nothing left to move
+
+
+def test_newest_of_an_empty_registry_is_none(tmp_path: Path) -> None:
+    assert Registry(tmp_path / "jobs.sqlite").newest() is None
+    assert Registry(tmp_path / "jobs.sqlite").all() == []
