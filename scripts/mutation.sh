@@ -4,13 +4,18 @@
 #
 #   scripts/mutation.sh                      # every target below, in turn
 #   scripts/mutation.sh slurm-syntax shell   # only these targets
-#   JOBS=4 scripts/mutation.sh parse         # more parallel test runs (default 2)
+#   JOBS=4 scripts/mutation.sh slurm-parse   # more parallel test runs (default 2)
+#
+# The site-loader target keeps only the in-process count test of test_bad_input.py: with the
+# whole file (its cases run `python -m clusterjob` in other directories) mutmut's first,
+# unmutated test run failed there.
 #
 # Each target is one module (or a few) and the unit tests that are about it; mutmut runs
 # only the tests that reach a mutated function, so a target takes minutes, not hours.
 # The work happens in a scratch copy of the working tree (mutmut writes a mutants/ tree next
-# to the sources); the repository only gains a row per target in benchmarks/results/mutation.md
-# and the list of survivors in benchmarks/results/mutation-survivors/<target>.txt.
+# to the sources); the repository only gains a row per target at the end of
+# benchmarks/results/mutation.md (the table stays last: the triage goes above it) and the
+# list of survivors in benchmarks/results/mutation-survivors/<target>.txt.
 # Never the local Slurm cluster: tests marked `slurm` are deselected; so is the test that the
 # hooks import nothing outside the standard library (every mutated module imports mutmut).
 # Tests that start `python -m clusterjob` with an environment of their own run the original
@@ -27,14 +32,14 @@ SURVIVORS=$ROOT/benchmarks/results/mutation-survivors
 TARGETS=(
   "shell|clusterjob/jobscript/shell.py|tests/test_render.py tests/test_security_render.py tests/test_bad_input.py"
   "slurm-syntax|clusterjob/slurm/syntax.py|tests/test_slurm_syntax.py tests/test_request.py"
-  "node-trust|clusterjob/node/trust.py|tests/test_hooks.py tests/test_security_prolog.py"
-  "slurm-parse|clusterjob/slurm/parse.py|tests/test_slurm_parse.py tests/test_jobs.py tests/test_avail.py tests/test_core_regressions.py"
+  "node-trust|clusterjob/node/trust.py|tests/test_node_trust.py tests/test_hooks.py tests/test_security_prolog.py"
+  "slurm-parse|clusterjob/slurm/parse.py|tests/test_slurm_parse.py tests/test_slurm_real.py tests/test_site_drift.py tests/test_slurm_commands.py tests/test_jobs.py tests/test_avail.py tests/test_core_regressions.py"
   "registry|clusterjob/jobs/registry.py|tests/test_registry.py tests/test_security_registry.py tests/test_core_regressions.py"
-  "workstation-queue|clusterjob/workstation/queue.py clusterjob/workstation/claims.py|tests/test_workstation_selection.py tests/test_security_workstation.py tests/test_core_regressions.py"
+  "workstation-queue|clusterjob/workstation/queue.py clusterjob/workstation/claims.py|tests/test_workstation_claims.py tests/test_workstation_selection.py tests/test_security_workstation.py tests/test_core_regressions.py"
   "request|clusterjob/jobscript/request.py|tests/test_request.py tests/test_render.py"
-  "site-loader|clusterjob/site/loader.py clusterjob/site/yamlcheck.py|tests/test_site_config.py tests/test_bad_input.py"
+  "site-loader|clusterjob/site/loader.py clusterjob/site/yamlcheck.py|tests/test_site_config.py tests/test_site_gpu_syntax.py tests/test_bad_input.py::test_count_of_bad_inputs_tried"
   "node-checks|clusterjob/node/checks/identity.py clusterjob/node/checks/allocation.py clusterjob/node/checks/ordering.py clusterjob/node/checks/health.py|tests/test_checks.py tests/test_checks_allocation.py tests/test_core_regressions.py"
-  "jobs-avail|clusterjob/jobs/avail.py|tests/test_avail.py tests/test_core_regressions.py"
+  "jobs-avail|clusterjob/jobs/avail.py|tests/test_avail.py tests/test_slurm_real.py tests/test_core_regressions.py"
 )
 
 have_mutmut() { "$PY" -c 'import mutmut' 2>/dev/null; }
@@ -61,9 +66,10 @@ if [ ! -f "$RESULTS" ]; then
   cat >"$RESULTS" <<'EOF'
 # Mutation scores
 
-`scripts/mutation.sh` (mutmut, unit tests only, 2 parallel runs). Score = killed / (all -
-skipped); "timeout" counts as killed (the mutant hung a test), "no tests" as survived.
-Survivors of each run: `mutation-survivors/<target>.txt`; their triage: below the table.
+Score = killed (timeouts included) / all mutants; "no tests" counts as a survivor. Survivors
+of a target's latest run, with their diffs: `mutation-survivors/<target>.txt`.
+
+## Runs
 
 | date (UTC) | target | modules | mutants | killed | survived | no tests | timeout | score | minutes |
 |---|---|---|---|---|---|---|---|---|---|
@@ -74,6 +80,7 @@ for entry in "${selected[@]}"; do
   IFS='|' read -r name modules tests <<<"$entry"
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/clusterjob-mutation-$name.XXXXXX")
   trap 'rm -rf "$scratch"' EXIT
+  chmod 755 "$scratch"  # some tests run code as a second Unix user
   # The working tree as it is (tracked and new files), without build output or mutants.
   (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
     xargs -0 cp --parents -t "$scratch" 2>/dev/null || true)
@@ -94,8 +101,10 @@ EOF
   echo "== $name: mutating $modules; tests: $tests" >&2
   start=$(date +%s)
   (cd "$scratch" && "$PY" -m mutmut run --max-children "$JOBS" >"$scratch/run.log" 2>&1) || {
-    echo "mutmut failed for $name; last lines of its log:" >&2
-    tail -20 "$scratch/run.log" >&2
+    kept=${TMPDIR:-/tmp}/clusterjob-mutation-$name.log
+    cp "$scratch/run.log" "$kept"
+    echo "mutmut failed for $name (whole log: $kept); its failures:" >&2
+    grep -E '^(FAILED|ERROR) ' "$kept" | head -20 >&2 || tail -20 "$kept" >&2
     rm -rf "$scratch"
     trap - EXIT
     continue
