@@ -318,6 +318,44 @@ def test_wait_for_an_array_is_non_zero_if_any_task_failed(data: Path) -> None:
     assert "1 FAILED (exit 7)" in str(result)
 
 
+def test_wait_polls_for_the_code_of_a_task_squeue_shows_failed_before_sacct(data: Path) -> None:
+    # Seen in a CI run: the array read FAILED while sacct had not recorded task 3's end (so
+    # its code), and `wait` exited 1 instead of 7.
+    slurm = FakeSlurm()
+    registry = Registry()
+    job = ten_task_array(slurm)
+    slurm.jobs[f"{job}_9"]["state"] = "COMPLETED"
+    slurm.forgotten.discard(f"{job}_3")  # squeue still shows the failed task...
+    slurm.unrecorded_end.add(f"{job}_3")  # ...and sacct has not recorded its end
+    track_array(registry, job, "0-9")
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        slurm.unrecorded_end.clear()
+
+    result = wait([job], interval=1, client=slurm.client(), registry=registry, sleep=sleep,
+                  cache=StatusCache(ttl=0))  # fmt: skip
+    assert (result.exit_code, polls) == (7, [1])
+
+
+def test_wait_takes_an_end_without_a_code_as_final_after_a_grace(data: Path) -> None:
+    slurm = FakeSlurm(accounting=False)  # no sacct: the code never comes
+    registry = Registry()
+    job = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="2:0")
+    registry.add(JobRecord(job, "fake", "s", "t1", "train", "#!", "", "", "/w", None, time.time()))
+    slurm.forgotten_by_scontrol.add(job)
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    result = wait([job], interval=10, client=slurm.client(), registry=registry, sleep=sleep,
+                  clock=lambda: clock[0], cache=StatusCache(ttl=0))  # fmt: skip
+    assert (result.exit_code, result.timed_out) == (1, False)
+    assert clock[0] == 30  # EXIT_CODE_GRACE
+
+
 def test_wait_times_out_with_124(data: Path) -> None:
     slurm = FakeSlurm()
     registry = Registry()

@@ -14,6 +14,11 @@ from clusterjob.slurm import parse
 from clusterjob.slurm.commands import SlurmClient
 
 TIMED_OUT = 124  # what `wait --timeout` exits with when a job is still going, as timeout(1)
+# How long a job that ended other than COMPLETED is polled for its exit code: squeue shows the
+# end (of a job, or an array's task) a moment before slurmdbd records the code in sacct. A CI
+# run's `wait` caught an array FAILED with its failed task's code not yet known and exited 1
+# instead of the task's 7. Without accounting the code never comes: then the end is final.
+EXIT_CODE_GRACE = 30.0
 
 
 @dataclass(frozen=True)
@@ -75,10 +80,20 @@ def wait(
     client = client or SlurmClient()
     registry = registry or Registry()
     deadline = None if timeout is None else clock() + timeout
+    ended_without_code: dict[str, float] = {}  # job id -> when first seen so
+
+    def settled(row: JobStatus, now: float) -> bool:
+        if not ended(row):
+            return False
+        if row.exit_code is not None:
+            return True
+        first = ended_without_code.setdefault(row.job_id, now)
+        return row.state != "COMPLETED" and now - first >= EXIT_CODE_GRACE
+
     while True:
         rows = status(jobs, client=client, registry=registry, cache=cache or StatusCache())
-        # an array still being summed up (a task's end not yet in sacct) has no exit code yet
-        if all(ended(r) and (r.exit_code is not None or r.state != "COMPLETED") for r in rows):
+        now = clock()
+        if all([settled(r, now) for r in rows]):
             return WaitResult(rows, timed_out=False)
         if deadline is not None and clock() >= deadline:
             return WaitResult(rows, timed_out=True)
