@@ -203,7 +203,15 @@ class FakeSlurm:
         return self._ok(cmd, line + "\n")
 
     def _scancel(self, cmd: list[str], timeout: float) -> SlurmResult:
-        for job_id in cmd[1:]:
+        """As scancel 22.05: exit 0 even for an unknown id, which only --verbose names."""
+        verbose = "--verbose" in cmd or "-v" in cmd
+        ids = [a for a in cmd[1:] if not a.startswith("-")]
+        said = [f"scancel: Terminating job {job_id}" for job_id in ids] if verbose else []
+        for job_id in ids:
             if job_id in self.jobs:
                 self.jobs[job_id]["state"] = "CANCELLED"
-        return self._ok(cmd)
+            elif verbose:
+                said.append(
+                    f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified"
+                )
+        return self._ok(cmd, stderr="".join(f"{line}\n" for line in said))

@@ -376,6 +376,31 @@ def test_cancel_is_one_scancel_and_clears_the_cache(data) -> None:
     assert not (data / CACHE_FILE).exists()
 
 
+def test_cancel_of_a_job_slurm_does_not_know_is_an_error(data, capsys, monkeypatch) -> None:
+    """scancel 22.05 exits 0 for an unknown id; cancel says the job is unknown, exit 2."""
+    slurm, registry = populate(2)
+    known = list(slurm.jobs)[0]
+    with pytest.raises(UsageError, match=r"^unknown job 99999: Slurm has no such job"):
+        cancel(["99999"], client=slurm.client(), registry=registry)
+    with pytest.raises(
+        UsageError, match=rf"unknown jobs 99999, 99998_3: .*\(cancel requested for {known}\)$"
+    ):
+        cancel([known, "99999", "99998_3"], client=slurm.client(), registry=registry)
+    assert slurm.jobs[known]["state"] == "CANCELLED"
+    assert [c[:2] for c in slurm.commands("scancel")] == [["scancel", "--verbose"]] * 2
+    from clusterjob.jobs import cancel as job_cancel
+
+    monkeypatch.setattr(job_cancel, "SlurmClient", slurm.client)
+    capsys.readouterr()
+    assert run(["cancel", "99999"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("clusterjob: error: unknown job 99999: Slurm has no such job")
+    assert len(err.splitlines()) == 1
+    assert run(["cancel", list(slurm.jobs)[1]]) == 0
+    assert capsys.readouterr().out == f"cancel requested for {list(slurm.jobs)[1]}\n"
+
+
 def test_output_path_from_scontrol_then_registry_then_default(data) -> None:
     slurm = FakeSlurm()
     registry = Registry()

@@ -88,6 +88,14 @@ def test_sbatch_error_message(name: str, message: str) -> None:
     assert parse.sbatch_error_message(fixture(name)) == message
 
 
+def test_parse_scancel_unknown() -> None:
+    """scancel --verbose 99999 99998_3 on the sandbox (22.05): exit 0, both named on stderr."""
+    text = fixture("scancel_verbose_unknown.stderr.txt")
+    assert parse.parse_scancel_unknown(text) == ["99999", "99998_3"]
+    assert parse.parse_scancel_unknown("scancel: Terminating job 12\n") == []
+    assert parse.parse_scancel_unknown("") == []
+
+
 def test_parse_squeue_states_reasons_and_paths() -> None:
     jobs = {j.job_id: j for j in parse.parse_squeue(fixture("squeue_jobs.txt"))}
     assert sorted(jobs, key=int) == ["2", "3", "4", "5", "13", "15"]  # 99999 is not there

@@ -16,12 +16,26 @@ def cancel(
     client: SlurmClient | None = None,
     registry: Registry | None = None,
 ) -> list[str]:
-    """Ask Slurm to cancel ``jobs`` (ids or ``last``) in one scancel call."""
+    """Ask Slurm to cancel ``jobs`` (ids or ``last``) in one scancel call; the ids it took.
+
+    A job Slurm does not know is a ``UsageError`` naming it (after the others were asked to
+    cancel): scancel itself exits 0 for it.
+    """
     client = client or SlurmClient()
     registry = registry or Registry()
     ids = [registry.resolve_id(j) for j in jobs]
     if not ids:
         raise UsageError("name at least one job to cancel")
-    client.scancel(ids)
+    unknown = client.scancel(ids)
     StatusCache().clear()  # the next status must not show the jobs as they were
+    if unknown:
+        known = [i for i in ids if i not in unknown]
+        plural = "s" if len(unknown) > 1 else ""
+        message = (
+            f"unknown job{plural} {', '.join(unknown)}: Slurm has no such job "
+            "(or it ended long enough ago to be forgotten)"
+        )
+        if known:
+            message += f" (cancel requested for {', '.join(known)})"
+        raise UsageError(message)
     return ids

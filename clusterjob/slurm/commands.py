@@ -215,10 +215,15 @@ class SlurmClient:
         job = self.scontrol_job(job_id)
         return None if job is None else (job.stdout, job.stderr)
 
-    def scancel(self, job_ids: Sequence[str]) -> None:
-        """Ask Slurm to cancel. scancel exits 0 even for unknown ids (22.05)."""
-        if job_ids:
-            self._query(["scancel", *job_ids])
+    def scancel(self, job_ids: Sequence[str]) -> list[str]:
+        """Ask Slurm to cancel; the ids it does not know. scancel exits 0 even for those
+        (22.05) and names them only with ``--verbose``, on stderr."""
+        if not job_ids:
+            return []
+        deadline = self.runner.clock() + QUERY_WINDOW
+        cmd = ["scancel", "--verbose", *job_ids]
+        result = self.runner.run(cmd, timeout=QUERY_TIMEOUT, deadline=deadline, retry=True)
+        return parse.parse_scancel_unknown(result.stderr)
 
     def srun_pty(self, options: Sequence[str], command: Sequence[str], env: dict[str, str]) -> int:
         """``srun --pty OPTIONS COMMAND`` on this terminal (an interactive session); its exit

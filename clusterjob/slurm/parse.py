@@ -224,6 +224,15 @@ def sbatch_error_messages(stderr: str) -> list[str]:
     return [m for m in messages if m not in own] + own
 
 
+_SCANCEL_UNKNOWN = re.compile(r"Kill job error on job id (\S+): Invalid job id specified")
+
+
+def parse_scancel_unknown(stderr: str) -> list[str]:
+    """The job ids ``scancel --verbose`` said Slurm does not know, in its order. scancel
+    22.05 exits 0 for them and prints nothing without ``--verbose``."""
+    return list(dict.fromkeys(_SCANCEL_UNKNOWN.findall(stderr)))
+
+
 def _submission_failed(message: str) -> bool:
     return message.casefold().startswith(_SUBMISSION_FAILED.casefold())
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob.errors import SlurmError
+from clusterjob.errors import SlurmError, UsageError
 from clusterjob.jobs.cancel import cancel
 from clusterjob.jobs.logs import follow, output_path
 from clusterjob.jobs.registry import Registry
@@ -121,6 +121,12 @@ def test_cancel_a_running_job(site: Site, data: Path, tmp_path: Path) -> None:
     finally:
         cancel([result.job_id], client=client)
     assert wait_for(result.job_id, {"CANCELLED"}, client) == "CANCELLED"
+
+
+def test_cancel_of_an_unknown_job_says_so(data: Path) -> None:
+    """The real scancel exits 0 for a job id slurmctld does not know; cancel must not."""
+    with pytest.raises(UsageError, match=r"^unknown job 99999999: Slurm has no such job"):
+        cancel(["99999999"], client=SlurmClient())
 
 
 def test_status_of_several_jobs_is_at_most_two_calls(site: Site, data: Path, tmp_path) -> None:
