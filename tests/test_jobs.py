@@ -201,6 +201,11 @@ def test_status_of_an_untracked_job_and_last(data) -> None:
         ("PENDING", "QOSMaxGRESPerUser", "as many GPUs as your QOS allows"),
         ("PENDING", "ReqNodeNotAvail, UnavailableNodes:gpu3", "down, drained or reserved"),
         ("PENDING", "launch failed requeued held", "scontrol release 42"),
+        ("PENDING", "JobHeldUser", "scontrol release 42"),
+        # the release hint is for held jobs only: an ended job keeps its last reason
+        ("CANCELLED", "launch failed requeued held", ""),
+        ("CANCELLED by 1000", "JobHeldUser", ""),
+        ("CANCELLED", "JobHeldAdmin", ""),
         (
             "PENDING",
             "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
@@ -374,6 +379,20 @@ def test_cancel_is_one_scancel_and_clears_the_cache(data) -> None:
     ]
     assert len(slurm.commands("scancel")) == 1
     assert not (data / CACHE_FILE).exists()
+
+
+def test_a_cancelled_held_job_shows_no_release_hint(data) -> None:
+    """A job held after a Prolog failure, then cancelled: its row says CANCELLED, no hint."""
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state="PENDING", reason="launch failed requeued held")
+    track(registry, slurm, job_id)
+    [held] = status(client=slurm.client(), registry=registry)
+    assert f"scontrol release {job_id}" in held.explanation
+    cancel([job_id], client=slurm.client(), registry=registry)
+    [row] = status(client=slurm.client(), registry=registry)
+    assert row.state == "CANCELLED"
+    assert "release" not in row.explanation and row.reason is None
 
 
 def test_cancel_of_a_job_slurm_does_not_know_is_an_error(data, capsys, monkeypatch) -> None:
