@@ -52,6 +52,7 @@ def test_skew_makes_the_site_differ_and_is_said() -> None:
         f"version differs on gpu2: its Prolog ran clusterjob 0.0.9 (at t), this is "
         f"{__version__} (install the same version at the site's node_command path)"
     )
+    assert lines[-1] == "site s: node map matches Slurm; clusterjob version differs on gpu2"
     assert report.to_dict()["version"] == __version__
 
 

@@ -264,6 +264,22 @@ def format_report(report: DriftReport) -> list[str]:
             f"version differs on {s.node}: its Prolog ran {ran} (at {s.time}), this is "
             f"{report.version} (install the same version at the site's node_command path)"
         )
-    verdict = "in sync with Slurm" if report.in_sync else "differs from Slurm"
-    lines.append(f"site {report.site}: node map {verdict}")
+    lines.append(f"site {report.site}: {_verdict(report)}")
     return lines
+
+
+def _verdict(report: DriftReport) -> str:
+    """The last line: what is out of sync, named as what it is (a node the Prolog drained
+    is not a node-map difference)."""
+    if report.in_sync:
+        return "node map in sync with Slurm"
+    map_differs = report.not_in_map or report.not_in_slurm or report.gres or report.partitions
+    parts = ["node map differs from Slurm" if map_differs else "node map matches Slurm"]
+    if report.prolog_drained:
+        drained = _hosts([d.node for d in report.prolog_drained])
+        parts.append(f"drained by the clusterjob Prolog: {drained}")
+    if report.version_skew:
+        parts.append(
+            f"clusterjob version differs on {_hosts([s.node for s in report.version_skew])}"
+        )
+    return "; ".join(parts)

@@ -53,6 +53,8 @@ def test_diff_reports_a_node_drained_with_a_clusterjob_reason(sandbox):
         text = clusterjob_cli("site", "diff", "--site", str(sandbox.site_path), env=sandbox.env)
         assert text.returncode == 1
         assert "drained by the clusterjob Prolog: h1 (" in text.stdout
+        assert "node map differs" not in text.stdout  # the drain is the only cause
+        assert text.stdout.splitlines()[-1].endswith("drained by the clusterjob Prolog: h1")
     finally:
         sandbox.resume("h1")
     _, after = diff(sandbox, str(sandbox.site_path))
