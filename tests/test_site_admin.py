@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer.main
 
-from clusterjob.cli import run
+from clusterjob.cli import run, site_app
 from clusterjob.resources import site_configs_dir
 from clusterjob.site.admin import gres_conf_lines, node_gres_strings, slurm_node_gres_lines
 from clusterjob.site.loader import load_site
@@ -155,3 +156,13 @@ def test_gres_conf_command(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out.splitlines()
     assert "NodeName=ml-gpu[05-08] Name=gpu Type=a100 File=/x/nv[2-3]" in out
     assert "# NodeName=ml-gpu[01-04] Gres=gpu:a100:2,gpu:v100:2" in out
+
+
+def test_site_help_names_its_commands_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    """The group's one-line help lists the commands by the names `clusterjob site` takes."""
+    assert run(["site", "--help"]) == 0
+    out = capsys.readouterr().out
+    summary = next(line.strip() for line in out.splitlines() if line.strip().startswith("Site"))
+    listed = summary.split(":", 1)[1].strip().rstrip(".").split(", ")
+    commands = list(typer.main.get_command(site_app).commands)  # type: ignore[attr-defined]
+    assert commands and listed == commands
