@@ -351,6 +351,10 @@ def test_count_of_bad_inputs_tried() -> None:
     print("\nbad inputs tried: " + ", ".join(f"{k}={v}" for k, v in total.items())
           + f"; total={sum(total.values())}")  # fmt: skip
     assert sum(total.values()) >= 90
+    # the README states this count: it must be the one measured here
+    readme = (HERE.parent / "README.md").read_text(encoding="utf-8")
+    said = re.findall(r"`tests/bad_configs/` feed (\d+) bad inputs", readme)
+    assert said == [str(sum(total.values()))], "README.md's count of bad inputs"
 
 
 # --- the Prolog's own config (root reads it; tests/test_hooks*.py cover missing, FIFO,
