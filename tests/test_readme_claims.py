@@ -72,3 +72,17 @@ def test_readme_json_claim_for_site_admin_commands() -> None:
     excepted = set(re.findall(r"`([^`]+)`", claim.group(2) or ""))
     assert excepted <= set(commands)
     assert sorted(n for n, c in commands.items() if not _takes_json(c)) == sorted(excepted)
+
+
+def test_no_documented_script_has_its_shebang_after_line_one() -> None:
+    """A file block whose `#!` is not its first line fails as a Slurm Prolog (execv: Exec
+    format error drains the node): the README once showed such a wrapper. Fenced blocks
+    only; the hook wrappers themselves are written by `site install-hooks`."""
+    docs = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    for doc in docs:
+        blocks = re.findall(r"^```[^\n]*\n(.*?)^```$", doc.read_text(encoding="utf-8"), re.M | re.S)
+        for block in blocks:
+            lines = block.splitlines()
+            late = [n for n, line in enumerate(lines) if line.startswith("#!") and n > 0]
+            assert not late, f"{doc.name}: a block with #! on line {late[0] + 1}: {lines[0]!r}"
+    assert "site install-hooks" in _readme()
