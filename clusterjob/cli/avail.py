@@ -9,25 +9,18 @@ import typer
 
 from clusterjob.cli import app
 from clusterjob.cli.common import JsonOption, SiteOption, load_site
-from clusterjob.cli.completion import complete_model, complete_partition
+from clusterjob.cli.completion import ModelOption, PartitionOption
 
 
 @app.command("avail")
 def avail(
     site: SiteOption = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model", "-m", help="GPU model (or an alias).", autocompletion=complete_model
-        ),
-    ] = None,
+    model: ModelOption = None,
     gpus: Annotated[
         int | None,
         typer.Option("--gpus", help="GPUs per node: also ask Slurm when such a job would start."),
     ] = None,
-    partition: Annotated[
-        str | None, typer.Option("--partition", "-p", autocompletion=complete_partition)
-    ] = None,
+    partition: PartitionOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Free GPUs by model and partition now (drained/down nodes left out, and named)."""

@@ -23,25 +23,29 @@ SiteOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
-def slurm_cluster_name() -> str:
-    """This cluster's Slurm ``ClusterName``; discovery asks for it only as its last step."""
+def slurm_cluster_name(budget: float | None = None) -> str:
+    """This cluster's Slurm ``ClusterName``; discovery asks for it only as its last step.
+    ``budget``: seconds Slurm may take in all (shell completion cannot wait long)."""
     from clusterjob.slurm.commands import SlurmClient
+    from clusterjob.slurm.runner import Runner
 
-    return SlurmClient().cluster_name()
+    return SlurmClient(Runner(budget=budget)).cluster_name()
 
 
-def find_site_file(spec: str | None) -> Path:
+def find_site_file(spec: str | None, *, slurm_budget: float | None = None) -> Path:
     """The site config file for ``--site`` (a name or a file), else the one discovery finds."""
     from clusterjob.site.discovery import find_site
 
-    return find_site(spec, environ=os.environ, cluster_name=slurm_cluster_name)
+    return find_site(
+        spec, environ=os.environ, cluster_name=lambda: slurm_cluster_name(slurm_budget)
+    )
 
 
-def load_site(spec: str | None) -> Site:
+def load_site(spec: str | None, *, slurm_budget: float | None = None) -> Site:
     """The site of a command that works with Slurm: ``--site`` or the discovery order."""
     from clusterjob.site.loader import load_site as load_file
 
-    return load_file(find_site_file(spec))
+    return load_file(find_site_file(spec, slurm_budget=slurm_budget))
 
 
 def load_named_site(spec: str | None) -> Site | None:

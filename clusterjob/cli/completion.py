@@ -8,35 +8,25 @@ never print an error or hang the shell: anything that goes wrong offers nothing.
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
     from clusterjob.site.model import Site
 
-__all__ = ["complete_model", "complete_partition"]
+__all__ = ["ModelOption", "PartitionOption", "complete_model", "complete_partition"]
 
 # Seconds Slurm may take to say its ClusterName while the user waits for a TAB.
 SLURM_BUDGET = 2.0
 
 
 def _site(ctx: typer.Context) -> Site | None:
-    from clusterjob.site.discovery import find_site
-    from clusterjob.site.loader import load_site
-
-    def cluster_name() -> str:
-        from clusterjob.slurm.commands import SlurmClient
-        from clusterjob.slurm.runner import Runner
-
-        return SlurmClient(Runner(budget=SLURM_BUDGET)).cluster_name()
+    from clusterjob.cli.common import load_site
 
     spec = ctx.params.get("site")
     try:
-        path = find_site(spec if isinstance(spec, str) else None, environ=os.environ,
-                         cluster_name=cluster_name)  # fmt: skip
-        return load_site(path)
+        return load_site(spec if isinstance(spec, str) else None, slurm_budget=SLURM_BUDGET)
     except Exception:  # no site, a broken one, no Slurm: nothing to offer
         return None
 
@@ -62,3 +52,13 @@ def complete_partition(ctx: typer.Context, incomplete: str) -> list[str]:
     """The site's partition names."""
     site = _site(ctx)
     return [] if site is None else _matching([p.name for p in site.partitions], incomplete)
+
+
+# The --model and --partition options of every command that asks for GPUs, declared once.
+ModelOption = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="GPU model (or an alias).", autocompletion=complete_model),
+]
+PartitionOption = Annotated[
+    str | None, typer.Option("--partition", "-p", autocompletion=complete_partition)
+]

@@ -12,7 +12,7 @@ import typer
 
 from clusterjob.cli import app
 from clusterjob.cli.common import SiteOption, load_site
-from clusterjob.cli.completion import complete_model, complete_partition
+from clusterjob.cli.completion import ModelOption, PartitionOption
 
 
 @app.command(context_settings={"allow_interspersed_args": True})
@@ -25,15 +25,8 @@ def shell(
         int | None,
         typer.Option("--gpus", help="GPUs (0 or none: CPU only).", show_default=False),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model", "-m", help="GPU model (or an alias).", autocompletion=complete_model
-        ),
-    ] = None,
-    partition: Annotated[
-        str | None, typer.Option("--partition", "-p", autocompletion=complete_partition)
-    ] = None,
+    model: ModelOption = None,
+    partition: PartitionOption = None,
     time: Annotated[str | None, typer.Option("--time", "-t", help="Time limit.")] = None,
     account: Annotated[str | None, typer.Option("--account", "-A")] = None,
     qos: Annotated[str | None, typer.Option("--qos")] = None,

@@ -17,7 +17,7 @@ import typer
 
 from clusterjob.cli import app
 from clusterjob.cli.common import SiteOption, load_site
-from clusterjob.cli.completion import complete_model, complete_partition
+from clusterjob.cli.completion import ModelOption, PartitionOption
 from clusterjob.errors import UsageError
 
 
@@ -42,16 +42,9 @@ def submit(
             "--gpus", help="GPUs per node (0 or none: a CPU-only job).", show_default=False
         ),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model", "-m", help="GPU model (or an alias).", autocompletion=complete_model
-        ),
-    ] = None,
+    model: ModelOption = None,
     nodes: Annotated[int, typer.Option("--nodes", "-N", help="Nodes, each with --gpus GPUs.")] = 1,
-    partition: Annotated[
-        str | None, typer.Option("--partition", "-p", autocompletion=complete_partition)
-    ] = None,
+    partition: PartitionOption = None,
     time: Annotated[
         str | None, typer.Option("--time", "-t", help="Time limit, e.g. 1-00:00:00.")
     ] = None,
