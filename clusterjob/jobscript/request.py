@@ -266,17 +266,22 @@ def _fits(site: Site, partition: Partition, model: str, request: JobRequest) -> 
     return eligible if len(eligible) >= request.nodes else []
 
 
+def _named_partition(site: Site, name: str) -> Partition:
+    """The partition ``--partition`` names; a one-line error listing the valid ones."""
+    partition = site.partition(name)
+    if partition is None:
+        valid = ", ".join(p.name for p in site.partitions)
+        raise UsageError(
+            f"unknown partition {name!r} at site {site.name}; valid partitions: {valid}"
+        )
+    return partition
+
+
 def _cpu_partition(site: Site, request: JobRequest) -> tuple[Partition, list[str]]:
     """A CPU-only job's partition: the one named, else the default, else the first; its
     nodes outside --exclude (Slurm places the job, the node map has no say)."""
     if request.partition is not None:
-        partition = site.partition(request.partition)
-        if partition is None:
-            valid = ", ".join(p.name for p in site.partitions)
-            raise UsageError(
-                f"unknown partition {request.partition!r} at site {site.name}; "
-                f"valid partitions: {valid}"
-            )
+        partition = _named_partition(site, request.partition)
     else:
         ordered = sorted(site.partitions, key=lambda p: not p.default)
         if not ordered:
@@ -301,13 +306,7 @@ def _choose_partition(
     small default partition does not hide a bigger one.
     """
     if request.partition is not None:
-        partition = site.partition(request.partition)
-        if partition is None:
-            valid = ", ".join(p.name for p in site.partitions)
-            raise UsageError(
-                f"unknown partition {request.partition!r} at site {site.name}; "
-                f"valid partitions: {valid}"
-            )
+        partition = _named_partition(site, request.partition)
         if not _nodes_with_model(site, model.name, partition.node_names):
             here = ", ".join(_models_in(site, partition)) or "no GPUs in the node map"
             others = [
