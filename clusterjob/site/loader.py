@@ -581,6 +581,27 @@ def _read_node_map(v: Validator, node: Node, defined: dict[str, GpuModel | None]
 # -- the rest -------------------------------------------------------------------------------
 
 
+def _read_version(
+    v: Validator,
+    fields: dict[str, Entry],
+    path: str,
+    key: str,
+    pattern: re.Pattern[str],
+    what: str,
+    example: str,
+) -> str | None | Invalid:
+    """An optional version string that must match ``pattern``; INVALID (reported) if not."""
+    value = read_key(fields, key, v.string, path)
+    if isinstance(value, str) and not pattern.match(value):
+        v.error(
+            key_line(fields, key),
+            join_path(path, key),
+            f"not {what} version: {value!r} (e.g. {example})",
+        )
+        return INVALID
+    return value
+
+
 def _read_checks(v: Validator, entry: Entry | None, path: str) -> CheckPolicy | Invalid:
     """``checks:`` (top level or a partition's): the oldest NVIDIA driver the node checks
     accept, and per check id a severity (error, warning or off) in place of the check's own."""
@@ -589,25 +610,11 @@ def _read_checks(v: Validator, entry: Entry | None, path: str) -> CheckPolicy | 
     fields = v.mapping(entry.value, path, _CHECKS_KEYS)
     if fields is None:
         return INVALID
-    failed = False
-    driver_min = read_key(fields, "driver_min", v.string, path)
-    if isinstance(driver_min, str) and not _DRIVER_VERSION.match(driver_min):
-        v.error(
-            key_line(fields, "driver_min"),
-            join_path(path, "driver_min"),
-            f'not an NVIDIA driver version: {driver_min!r} (e.g. "535.104.05")',
-        )
-        failed = True
-    failed = failed or driver_min is INVALID
-    cuda_min = read_key(fields, "cuda_min", v.string, path)
-    if isinstance(cuda_min, str) and not _CUDA_VERSION.match(cuda_min):
-        v.error(
-            key_line(fields, "cuda_min"),
-            join_path(path, "cuda_min"),
-            f'not a CUDA version: {cuda_min!r} (e.g. "12.4", quoted)',
-        )
-        failed = True
-    failed = failed or cuda_min is INVALID
+    driver_min = _read_version(
+        v, fields, path, "driver_min", _DRIVER_VERSION, "an NVIDIA driver", '"535.104.05"'
+    )
+    cuda_min = _read_version(v, fields, path, "cuda_min", _CUDA_VERSION, "a CUDA", '"12.4", quoted')
+    failed = driver_min is INVALID or cuda_min is INVALID
     severity: dict[str, str] = {}
     if "severity" in fields:
         spath = join_path(path, "severity")
