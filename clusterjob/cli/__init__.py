@@ -51,7 +51,7 @@ def _options(
 
 
 site_app = typer.Typer(
-    help="Site configs: validate, show, gres-conf, probe, diff, install-hooks.",
+    help="Site configs: validate, show, gres-conf, schema, probe, diff, install-hooks.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )

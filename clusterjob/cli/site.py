@@ -74,6 +74,22 @@ def gres_conf(
     print("\n".join(f"# {line}" for line in slurm_node_gres_lines(loaded)))
 
 
+@site_app.command("schema")
+def schema(
+    reference: Annotated[
+        bool,
+        typer.Option("--reference", help="Print the key reference (Markdown) instead."),
+    ] = False,
+) -> None:
+    """Print the site config's JSON Schema (for editors: yaml-language-server's $schema)."""
+    from clusterjob.site.schema import json_schema, reference_markdown
+
+    if reference:
+        print(reference_markdown(), end="")
+    else:
+        print(json.dumps(json_schema(), indent=2))
+
+
 @site_app.command("probe")
 def probe(
     site: SiteOption = None,

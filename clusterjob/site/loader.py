@@ -20,6 +20,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from clusterjob.errors import ConfigError, ConfigIssue
 from clusterjob.pci import normalise_bus_id
+from clusterjob.site import schema
 from clusterjob.site.gpu_syntax import GpuRequestSyntax, syntax_named, syntax_names
 from clusterjob.site.model import (
     CHECK_SEVERITIES,
@@ -51,48 +52,23 @@ from clusterjob.slurm.syntax import GRES_TYPE_NAME, MEMORY_SIZE, is_time
 
 MAX_BYTES = 16 * 1024 * 1024  # a real site is a few hundred KiB; refuse before parsing
 
-_NVML_UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$")
+_NVML_UUID = re.compile(schema.UUID_PATTERN)
 
-# Keys of each mapping: name -> required.
-_TOP_KEYS = {
-    "site": True,
-    "cluster_name": False,
-    "node_command": False,
-    "gpu_request": True,
-    "models": True,
-    "partitions": False,
-    "node_map": True,
-    "prolog": False,
-    "templates": False,
-    "checks": False,
-    "job": False,
-}
-_GPU_REQUEST_KEYS = {"syntax": True, "type_required": False}
-_MODEL_KEYS = {
-    "aliases": False,
-    "gres_type": False,
-    "nvml_names": True,
-    "memory_gb": False,
-    "constraint": False,
-}
-_PARTITION_KEYS = {
-    "nodes": True,
-    "time_limit": False,
-    "default": False,
-    "defaults": False,
-    "checks": False,
-    "job": False,
-}
-_JOB_KEYS = {"python": False, "venv": False, "conda": False, "setup": False}
-_DEFAULTS_KEYS = {"account": False, "qos": False, "cpus_per_gpu": False, "mem_per_gpu": False}
-_NODE_ENTRY_KEYS = {"nodes": True, "gpus": True}
-_MAX_NVLINKS = 36  # NVML_NVLINK_MAX_LINKS of current drivers (18 on Hopper boards)
-_GPU_SLOT_KEYS = {"model": True, "bus_id": False, "uuid": False, "nvlinks": False, "mig": False}
-_MIG_PROFILE = re.compile(r"^[0-9]+g\.[0-9]+gb(\+[a-z0-9]+)*$")  # 1g.10gb, 1g.10gb+me
-_PROLOG_KEYS = {"on_error": False, "deadline_seconds": False, "log": False}
-_CHECKS_KEYS = {"driver_min": False, "cuda_min": False, "severity": False}
-_CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]$")
-_DRIVER_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
+# Keys of each mapping (name -> required), from the one schema definition (site/schema.py).
+_TOP_KEYS = schema.SITE.key_table()
+_GPU_REQUEST_KEYS = schema.GPU_REQUEST.key_table()
+_MODEL_KEYS = schema.MODEL.key_table()
+_PARTITION_KEYS = schema.PARTITION.key_table()
+_JOB_KEYS = schema.JOB.key_table()
+_DEFAULTS_KEYS = schema.PARTITION_DEFAULTS.key_table()
+_NODE_ENTRY_KEYS = schema.NODE_ENTRY.key_table()
+_MAX_NVLINKS = schema.GPU_SLOT.key("nvlinks").maximum or 36  # NVML_NVLINK_MAX_LINKS
+_GPU_SLOT_KEYS = schema.GPU_SLOT.key_table()
+_MIG_PROFILE = re.compile(schema.MIG_PROFILE_PATTERN)  # 1g.10gb, 1g.10gb+me
+_PROLOG_KEYS = schema.PROLOG.key_table()
+_CHECKS_KEYS = schema.CHECKS.key_table()
+_CUDA_VERSION = re.compile(schema.CUDA_VERSION_PATTERN)
+_DRIVER_VERSION = re.compile(schema.DRIVER_VERSION_PATTERN)
 
 
 def _hostlist(v: Validator, node: Node, path: str) -> tuple[str, list[str]] | None:
