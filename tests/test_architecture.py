@@ -16,10 +16,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "clusterjob"
 
-# Lowest first. A top-level module (errors.py, pci.py, resources.py) is its own "package"
+# Lowest first. A top-level module (errors.py, envvars.py, pci.py, ...) is its own "package"
 # on the ground floor; packages on one floor are independent of each other.
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "pci", "resources"}),
+    frozenset({"errors", "envvars", "pci", "resources"}),
     frozenset({"gpu", "slurm"}),
     frozenset({"site"}),
     frozenset({"jobscript", "node", "workstation"}),
@@ -29,7 +29,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"__main__"}),  # dispatches the Slurm hooks (stdlib only) or the CLI
 )
 # The ground floor's own order: errors first, the others may use it.
-GROUND_ORDER = ("errors", "pci", "resources")
+GROUND_ORDER = ("errors", "envvars", "pci", "resources")
 FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 
 

@@ -1,0 +1,190 @@
+"""The generated reference pages (docs/reference/) against the code: they are what the
+generator writes today, and every command, option, environment variable, exit code, node
+check, site key and ``--json`` output has its entry. A new option without its page fails
+here, whoever adds it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from clusterjob.cli import run
+from clusterjob.envvars import ENV_VARS
+from clusterjob.errors import ExitCode
+from clusterjob.node.checks import REGISTRY
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "docs" / "reference"
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gen_reference", REPO / "scripts" / "gen_reference.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gen_reference", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _generator()
+
+
+def _page(name: str) -> str:
+    return (REFERENCE / name).read_text(encoding="utf-8")
+
+
+def _sections(text: str) -> dict[str, str]:
+    """`## title {#anchor}` -> the section's text, by title."""
+    parts = re.split(r"^## (.+?)(?: \{#[^}]*\})?$", text, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def test_reference_pages_are_what_the_generator_writes() -> None:
+    for name, text in gen.render_all().items():
+        path = REFERENCE / name
+        assert path.exists(), (
+            f"docs/reference/{name} is missing: run python scripts/gen_reference.py"
+        )
+        assert path.read_text(encoding="utf-8") == text, (
+            f"docs/reference/{name} differs from the code: run python scripts/gen_reference.py"
+        )
+    listed = {p.name for p in REFERENCE.glob("*.md")}
+    assert listed == set(gen.PAGES), f"pages no generator writes: {listed - set(gen.PAGES)}"
+
+
+def test_the_check_mode_names_a_stale_page(tmp_path: Path) -> None:
+    """`--check` (what a contributor runs) fails on a page that differs from the code."""
+    copy = tmp_path / "docs" / "reference"
+    copy.mkdir(parents=True)
+    for page in REFERENCE.glob("*.md"):
+        (copy / page.name).write_text(page.read_text(encoding="utf-8"), encoding="utf-8")
+    (copy / "exit-codes.md").write_text("stale\n", encoding="utf-8")
+    code = (
+        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]);"
+        "import gen_reference as g; g.REFERENCE = pathlib.Path(sys.argv[3]);"
+        "sys.exit(g.main(['--check']))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(REPO), str(REPO / "scripts"), str(copy)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "exit-codes.md" in done.stderr and "commands.md" not in done.stderr
+
+
+def test_every_command_and_option_has_an_entry() -> None:
+    sections = _sections(_page("commands.md"))
+    commands = 0
+    for path, cmd in gen.walk_commands(gen.cli_root()):
+        title = " ".join(["clusterjob", *path])
+        assert title in sections, f"no entry for `{title}` in docs/reference/commands.md"
+        for param in cmd.params:
+            if param.param_type_name == "argument":
+                assert f"`{param.name.upper()}`" in sections[title], (title, param.name)
+            elif not getattr(param, "hidden", False):
+                for name in gen.option_names(param):
+                    assert f"`{name}`" in sections[title], f"{title}: no entry for {name}"
+        commands += 1
+    assert commands > 20  # the walk reached the subcommands
+    for hook in gen.hook_commands():  # the Slurm hooks: argparse, not the Typer app
+        title = f"clusterjob {hook}"
+        assert title in sections
+        options = ["--site", *(["--cache-dir", "--deadline", "--log"] if hook == "prolog" else [])]
+        for option in options:
+            assert f"`{option}`" in sections[title], (title, option)
+
+
+_ENV_NAME = re.compile(r"\b(?:CLUSTERJOB_[A-Z0-9_]+|FAKE_NVML_[A-Z0-9_]+)\b")
+
+
+def _env_names_in_code() -> set[str]:
+    """Every CLUSTERJOB_* (and the stand-in's FAKE_NVML_*) name the package, its C stand-in
+    and its templates mention, and every envvar= of a command-line option."""
+    names: set[str] = set()
+    files = [*(REPO / "clusterjob").rglob("*.py"), *(REPO / "clusterjob").rglob("*.c")]
+    files += list((REPO / "templates").rglob("*.j2"))
+    for path in files:
+        names |= set(_ENV_NAME.findall(path.read_text(encoding="utf-8")))
+    for _, cmd in gen.walk_commands(gen.cli_root()):
+        for param in cmd.params:
+            envvar = param.envvar
+            names |= {envvar} if isinstance(envvar, str) else set(envvar or ())
+    return names
+
+
+def test_every_environment_variable_has_an_entry() -> None:
+    documented = {v.name for v in ENV_VARS}
+    missing = _env_names_in_code() - documented
+    assert not missing, f"add to clusterjob/envvars.py ENV_VARS: {sorted(missing)}"
+    sections = _sections(_page("environment.md"))
+    for var in ENV_VARS:
+        assert var.name in sections, var.name
+        assert var.meaning and var.read_by and var.default, var.name
+    unused = documented - _env_names_in_code()
+    assert not unused, f"documented but read nowhere: {sorted(unused)}"
+
+
+def test_every_exit_code_has_an_entry() -> None:
+    rows = re.findall(r"^\| (\d+) \| `([A-Z_]+)` \| ([^|]+) \|", _page("exit-codes.md"), re.M)
+    assert [(int(code), name) for code, name, _ in rows] == [(int(c), c.name) for c in ExitCode]
+    assert all(meaning.strip() for _, _, meaning in rows)
+
+
+def test_every_node_check_has_an_entry() -> None:
+    page = _page("checks.md")
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|", page, re.M)
+    assert rows == list(REGISTRY.ids)
+
+
+def test_every_site_key_has_an_entry() -> None:
+    page = _page("site-config.md")
+    for path in gen.site_key_paths():
+        key = path.rsplit(".", 1)[-1]
+        assert f"`{key}`" in page, f"site key {path} has no entry in docs/reference/site-config.md"
+
+
+def test_every_json_option_has_its_shape() -> None:
+    with_json = {
+        " ".join(path)
+        for path, cmd in gen.walk_commands(gen.cli_root())
+        if any("--json" in gen.option_names(p) for p in cmd.params if p.param_type_name == "option")
+    }
+    assert with_json == set(gen.json_outputs()), "commands with --json vs docs/reference/json.md"
+    sections = _sections(_page("json.md"))
+    for command in with_json:
+        assert f"clusterjob {command} --json" in sections, command
+
+
+def _documented_keys(command: str) -> list[str]:
+    section = _sections(_page("json.md"))[f"clusterjob {command} --json"]
+    first_table = section.split("\n\n`")[0]
+    return re.findall(r"^\| `([a-z_]+)` \|", first_table, re.M)
+
+
+MLLAB = str(REPO / "site_configs" / "mllab.yaml")
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["site", "validate", MLLAB, "--json"], "site validate"),
+        (["site", "show", "--site", MLLAB, "--json"], "site show"),
+    ],
+)
+def test_json_output_has_the_documented_keys(
+    argv: list[str], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(argv) == 0
+    data: Any = json.loads(capsys.readouterr().out)
+    obj = data[0] if isinstance(data, list) else data
+    assert list(obj) == _documented_keys(command)
