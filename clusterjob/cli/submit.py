@@ -166,7 +166,11 @@ def submit(
     parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id only.")] = False,
 ) -> None:
     """Submit SCRIPT (or -- CMD ARGS) with GPUs of one model, in this site's own sbatch syntax."""
-    from clusterjob.jobscript.interpreter import find_submit_python
+    from clusterjob.jobscript.interpreter import start_find_submit_python
+
+    submit_python = None  # a pyenv shim on PATH resolves while the rest imports and loads
+    if python is None and venv is None and conda is None and not (container_image or apptainer):
+        submit_python = start_find_submit_python(os.environ)
     from clusterjob.jobscript.program import classify
     from clusterjob.jobscript.render import render
     from clusterjob.jobscript.request import (
@@ -233,14 +237,14 @@ def submit(
         venv=venv,
         conda=conda,
     )
-    if python is None and venv is None and conda is None and not (container_image or apptainer):
-        found = find_submit_python(os.environ)
-        request = replace(request, submit_python=found.python, active_env=found.active_env)
     if dependency and "last" in dependency:
         from clusterjob.jobs.submit import expand_dependency
 
         request = replace(request, dependency=expand_dependency(dependency))
     the_site = load_site(site)
+    if submit_python is not None:
+        found = submit_python()
+        request = replace(request, submit_python=found.python, active_env=found.active_env)
     resolved = resolve(the_site, request)
     if resolved.runs_python and resolved.interpreter is None:
         raise UsageError("no python3 or python on PATH to run the job with: give --python PATH")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from clusterjob.errors import UsageError
 from clusterjob.jobscript.shell import check_no_nul
@@ -47,32 +47,61 @@ class Interpreter:
 
 def find_submit_python(environ: Mapping[str, str]) -> SubmitPython:
     """``python3`` (else ``python``) on ``environ``'s PATH, as an absolute path."""
+    return start_find_submit_python(environ)()
+
+
+def start_find_submit_python(environ: Mapping[str, str]) -> Callable[[], SubmitPython]:
+    """``find_submit_python`` begun now, its answer given when the result is called.
+
+    A shim on PATH (pyenv, asdf) takes a process of its own to name its interpreter (60 ms
+    or more); ``submit`` starts it first and asks for the answer only when it resolves the
+    request, so the shim runs while the command imports its code and loads the site.
+    """
     path = environ.get("PATH", os.defpath)
     active = environ.get("VIRTUAL_ENV") or environ.get("CONDA_PREFIX") or None
     for name in ("python3", "python"):
         found = shutil.which(name, path=path)
         if found:
-            return SubmitPython(_real_executable(os.path.abspath(found), environ), active)
-    return SubmitPython(None, active)
+            real = _start_real_executable(os.path.abspath(found), environ)
+            return lambda: SubmitPython(real(), active)
+    return lambda: SubmitPython(None, active)
 
 
-def _real_executable(found: str, environ: Mapping[str, str]) -> str:
+def _start_real_executable(found: str, environ: Mapping[str, str]) -> Callable[[], str]:
     """The interpreter a shim (pyenv, asdf) runs; a venv's own ``bin/python`` stays itself."""
     try:
-        first = Path(found).read_bytes()[:256]
+        with open(found, "rb") as fh:
+            first = fh.read(256)
     except OSError:
-        return found
+        return lambda: found
     if not first.startswith(b"#!"):  # a real interpreter (or a link to one): keep its path
-        return found
+        return lambda: found
     try:
-        proc = subprocess.run(
-            [found, "-c", _ASK_EXECUTABLE],
-            env=dict(environ), capture_output=True, text=True, timeout=20,
+        proc = subprocess.Popen(
+            [found, "-c", _ASK_EXECUTABLE], env=dict(environ), text=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        return found
-    answer = proc.stdout.strip()
-    return answer if proc.returncode == 0 and os.path.isabs(answer) else found
+        return lambda: found
+
+    def answer() -> str:
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.SubprocessError:
+            _reap(proc)
+            return found
+        said = out.strip()
+        return said if proc.returncode == 0 and os.path.isabs(said) else found
+
+    weakref.finalize(answer, _reap, proc)  # a submit that failed before asking: no stray child
+    return answer
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
+    if proc.returncode is None:
+        proc.kill()
+    if proc.stdout is not None and not proc.stdout.closed:
+        proc.communicate()  # waits, and closes the pipe
 
 
 def check_python(path: str, option: str) -> str:

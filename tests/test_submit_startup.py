@@ -1,0 +1,107 @@
+"""What makes ``submit`` start fast without changing what it does: compiled templates kept in
+the user's cache, and the python3 shim on PATH asked while the rest of the command runs."""
+
+from __future__ import annotations
+
+import gc
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_request import GRES_SITE, make_site
+
+import clusterjob.jobscript.render as render_module
+from clusterjob.jobscript.interpreter import find_submit_python, start_find_submit_python
+from clusterjob.jobscript.render import render
+from clusterjob.jobscript.request import JobRequest, resolve
+from clusterjob.site.model import Site
+
+
+def _script(site: Site) -> str:
+    request = JobRequest(script="train.py", gpus=2, model="A100", submit_python=sys.executable)
+    rendered = render(site, resolve(site, request))
+    return rendered.script.replace(rendered.token, "TOKEN")
+
+
+def _cached(tmp_path: Path) -> list[Path]:
+    directory = Path(os.environ["XDG_CACHE_HOME"]) / "clusterjob" / "templates"
+    return sorted(directory.glob("*.cache")) if directory.is_dir() else []
+
+
+def _no_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the template was compiled again")
+
+    monkeypatch.setattr(render_module._JobTemplateEnvironment, "compile", refuse)
+
+
+def test_a_second_render_reads_the_compiled_template(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _script(GRES_SITE)
+    (entry,) = _cached(tmp_path)
+    assert stat.S_IMODE(entry.parent.stat().st_mode) == 0o700
+    _no_compiling(monkeypatch)
+    assert _script(GRES_SITE) == first
+
+
+def test_an_edited_template_is_compiled_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    template = templates / "job.sh.j2"
+    template.write_text('{% extends "job.sh.j2" %}\n{% block launch %}echo one\n{% endblock %}\n')
+    site = make_site(templates_dir=templates)
+    assert "echo one" in _script(site)
+    template.write_text('{% extends "job.sh.j2" %}\n{% block launch %}echo two\n{% endblock %}\n')
+    later = _script(site)
+    assert "echo two" in later and "echo one" not in later
+
+
+def test_a_cache_others_may_write_to_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the cache holds is code this process runs: never from a directory another user
+    could have written."""
+    directory = Path(os.environ["XDG_CACHE_HOME"]) / "clusterjob" / "templates"
+    directory.mkdir(parents=True)
+    directory.chmod(0o777)
+    _script(GRES_SITE)
+    assert _cached(tmp_path) == []
+
+
+def test_a_damaged_entry_is_compiled_again(tmp_path: Path) -> None:
+    first = _script(GRES_SITE)
+    (entry,) = _cached(tmp_path)
+    entry.write_bytes(entry.read_bytes()[:40] + b"\x00garbage")
+    assert _script(GRES_SITE) == first
+
+
+def _shim(tmp_path: Path, delay: float) -> dict[str, str]:
+    shim = tmp_path / "shims" / "python3"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nsleep {delay}\nexec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
+    return {"PATH": str(shim.parent)}
+
+
+def test_the_shim_runs_while_the_caller_works(tmp_path: Path) -> None:
+    environ = _shim(tmp_path, 0.5)
+    started = time.monotonic()
+    answer = start_find_submit_python(environ)
+    assert time.monotonic() - started < 0.4  # not waited for yet
+    time.sleep(0.5)  # the rest of submit: imports, the site
+    assert answer().python == sys.executable
+    assert find_submit_python(environ).python == sys.executable
+
+
+def test_a_shim_never_asked_for_its_answer_is_ended_quietly(tmp_path: Path) -> None:
+    """A submit that fails before it resolves the request (a bad site) leaves no child and no
+    ResourceWarning (which the test settings turn into an error)."""
+    answer = start_find_submit_python(_shim(tmp_path, 30))
+    del answer
+    gc.collect()
