@@ -7,7 +7,6 @@ import gc
 import os
 import stat
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -81,20 +80,24 @@ def test_a_damaged_entry_is_compiled_again(tmp_path: Path) -> None:
     assert _script(GRES_SITE) == first
 
 
-def _shim(tmp_path: Path, delay: float) -> dict[str, str]:
+def _shim(tmp_path: Path, wait_for: Path) -> dict[str, str]:
+    """A pyenv-like python3 that answers only once ``wait_for`` exists."""
     shim = tmp_path / "shims" / "python3"
     shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nsleep {delay}\nexec {sys.executable} "$@"\n')
+    shim.write_text(
+        f'#!/bin/sh\nwhile [ ! -e "{wait_for}" ]; do sleep 0.02; done\nexec {sys.executable} "$@"\n'
+    )
     shim.chmod(0o755)
     return {"PATH": str(shim.parent)}
 
 
 def test_the_shim_runs_while_the_caller_works(tmp_path: Path) -> None:
-    environ = _shim(tmp_path, 0.5)
-    started = time.monotonic()
+    """Starting does not wait for the shim: it answers only after the caller went on (had
+    start waited, the shim would never see its file and the answer would be the shim)."""
+    go = tmp_path / "go"
+    environ = _shim(tmp_path, go)
     answer = start_find_submit_python(environ)
-    assert time.monotonic() - started < 0.4  # not waited for yet
-    time.sleep(0.5)  # the rest of submit: imports, the site
+    go.touch()  # the rest of submit: imports, the site
     assert answer().python == sys.executable
     assert find_submit_python(environ).python == sys.executable
 
@@ -102,6 +105,6 @@ def test_the_shim_runs_while_the_caller_works(tmp_path: Path) -> None:
 def test_a_shim_never_asked_for_its_answer_is_ended_quietly(tmp_path: Path) -> None:
     """A submit that fails before it resolves the request (a bad site) leaves no child and no
     ResourceWarning (which the test settings turn into an error)."""
-    answer = start_find_submit_python(_shim(tmp_path, 30))
+    answer = start_find_submit_python(_shim(tmp_path, tmp_path / "never"))
     del answer
     gc.collect()
