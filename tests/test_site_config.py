@@ -22,7 +22,7 @@ BAD = Path(__file__).parent / "bad_configs"
 EXPECTED: dict[str, list[str]] = {
     "unknown_key.yaml": [
         "6: models.A100.alias: unknown key (did you mean 'aliases'?); valid keys: aliases, "
-        "constraint, gres_type, memory_gb, nvml_names",
+        "constraint, gres_type, max_per_job, memory_gb, nvml_names",
     ],
     "wrong_type_int.yaml": ["7: models.A100.memory_gb: expected an integer, got 'abc'"],
     "bad_gres_type.yaml": [
@@ -76,8 +76,15 @@ EXPECTED: dict[str, list[str]] = {
         '12: partitions.gpu.checks.cuda_min: expected a string, got 12.4 (write "12.4" for text)',
     ],
     "bad_mig.yaml": [
-        "8: node_map[0].gpus[0].mig[1]: not a MIG profile: '3g' (e.g. 1g.10gb)",
+        "8: node_map[0].gpus[0].mig[1]: not a MIG profile: '3g' (e.g. 1g.10gb, or 1g.10gb@7 "
+        "with its GPU instance)",
         "9: node_map[0].gpus[1].mig: expected a list of strings, got 'yes'",
+        "10: node_map[0].gpus[2].mig: the slices take 8 compute slices, a GPU has 7",
+        "11: node_map[0].gpus[3].mig: the slices take 90 GB, a A100 has 80 GB",
+        "12: node_map[0].gpus[4].mig[1]: GPU instance 1 is already slice 0",
+        "13: node_map[0].gpus[5].mig: give every slice its GPU instance id (@GI) or none",
+        "14: node_map[0].gpus[6].mig[0]: not a MIG profile: '1g.10gb@15' (e.g. 1g.10gb, or "
+        "1g.10gb@7 with its GPU instance)",
     ],
     "bus_order.yaml": [
         "10: node_map[0].gpus[1].bus_id: GPUs must be listed in PCI bus order: 0000:07:00.0 "

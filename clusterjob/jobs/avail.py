@@ -84,7 +84,7 @@ def _model_name(site: Site, gres_type: str | None, node: str) -> str:
             if m.gres_type and m.gres_type.casefold() == gres_type.casefold():
                 return m.name
         return gres_type
-    models = {g.model for g in site.node_map.gpus(node) or ()}
+    models = set(site.gres_models(node))
     return models.pop() if len(models) == 1 else "gpu"
 
 

@@ -130,8 +130,7 @@ class ResolvedJob:
 
 
 def _model_count(site: Site, node: str, model: str) -> int:
-    gpus = site.node_map.gpus(node) or ()
-    return sum(1 for g in gpus if g.model == model)
+    return site.gres_models(node).count(model)  # a MIG slice counts for its slice model
 
 
 def _nodes_with_model(site: Site, model: str, among: tuple[str, ...] | None = None) -> list[str]:
@@ -333,6 +332,16 @@ def _choose_partition(
         if eligible:
             return partition, eligible
     raise UsageError(_impossible(site, model, request, candidates, request.partition is not None))
+
+
+def _within_model_cap(model: GpuModel, request: JobRequest) -> None:
+    """A model's ``max_per_job`` (a site caps MIG slices so a bigger job takes whole GPUs)."""
+    total = request.gpus * request.nodes
+    if model.max_per_job is not None and total > model.max_per_job:
+        raise UsageError(
+            f"a job may have at most {model.max_per_job} {model.name} at this site, asked for "
+            f"{total}: ask for fewer, or for whole GPUs"
+        )
 
 
 def _impossible(
@@ -671,6 +680,7 @@ def resolve(
         partition, eligible = _cpu_partition(site, request)
     else:
         model = _find_model(site, request)
+        _within_model_cap(model, request)
         partition, eligible = _choose_partition(site, model, request)
     if request.time is not None:
         try:

@@ -35,6 +35,9 @@ from clusterjob.site.model import (
     PartitionDefaults,
     PrologPolicy,
     Site,
+    mig_profile_size,
+    slice_model,
+    slice_nvml_name,
 )
 from clusterjob.site.yamlcheck import (
     INVALID,
@@ -64,7 +67,8 @@ _DEFAULTS_KEYS = schema.PARTITION_DEFAULTS.key_table()
 _NODE_ENTRY_KEYS = schema.NODE_ENTRY.key_table()
 _MAX_NVLINKS = schema.GPU_SLOT.key("nvlinks").maximum or 36  # NVML_NVLINK_MAX_LINKS
 _GPU_SLOT_KEYS = schema.GPU_SLOT.key_table()
-_MIG_PROFILE = re.compile(schema.MIG_PROFILE_PATTERN)  # 1g.10gb, 1g.10gb+me
+_MIG_SLICE = re.compile(schema.MIG_SLICE_PATTERN)  # 1g.10gb, 1g.10gb+me, 3g.40gb@1
+MIG_COMPUTE_SLICES = 7  # an A100/H100/H200 has 7 compute slices to share out
 _PROLOG_KEYS = schema.PROLOG.key_table()
 _CHECKS_KEYS = schema.CHECKS.key_table()
 _CUDA_VERSION = re.compile(schema.CUDA_VERSION_PATTERN)
@@ -122,6 +126,7 @@ def _read_models(v: Validator, node: Node) -> tuple[list[GpuModel], dict[str, _M
         nvml = read_key(fields, "nvml_names", v.string_list, path)
         memory = read_key(fields, "memory_gb", lambda n, p: v.integer(n, p, minimum=1), path)
         constraint = read_key(fields, "constraint", v.nullable_string, path)
+        cap = read_key(fields, "max_per_job", lambda n, p: v.integer(n, p, minimum=1), path)
         if nvml is not None and not nvml:
             v.error(key_line(fields, "nvml_names"), join_path(path, "nvml_names"), "empty list")
         if isinstance(gres_type, str) and not GRES_TYPE_NAME.match(gres_type):
@@ -131,7 +136,7 @@ def _read_models(v: Validator, node: Node) -> tuple[list[GpuModel], dict[str, _M
                 f"not a GRES type name: {gres_type!r} (letters, digits, '_', '-' and '.' only)",
             )
             gres_type = INVALID
-        if gres_type is INVALID or memory is INVALID or constraint is INVALID:
+        if gres_type is INVALID or memory is INVALID or constraint is INVALID or cap is INVALID:
             continue
         if (aliases is None and "aliases" in fields) or nvml is None:
             continue
@@ -148,6 +153,7 @@ def _read_models(v: Validator, node: Node) -> tuple[list[GpuModel], dict[str, _M
                 nvml_names=tuple(n for n, _ in nvml),
                 memory_gb=memory,
                 constraint=constraint,
+                max_per_job=cap,
             )
         )
     return models, lines
@@ -425,33 +431,92 @@ def _read_gpus(
         if model is INVALID or bus_id is INVALID or uuid is INVALID or model is None:
             bad = True
             continue
-        mig = _read_mig(v, fields, spath)
+        parent = defined.get(model) if defined is not None else None
+        mig = _read_mig(v, fields, spath, parent, [m for m in (defined or {}).values() if m])
         if nvlinks is INVALID or mig is INVALID:
             bad = True
             continue
-        slots.append(
-            NodeGpu(slot=i, model=model, bus_id=bus_id, uuid=uuid, nvlinks=nvlinks, mig=mig)
-        )
+        profiles, gis = mig if mig is not None else (None, None)
+        slots.append(NodeGpu(i, model, bus_id, uuid, nvlinks=nvlinks, mig=profiles, mig_gi=gis))
     return None if bad else tuple(slots)
 
 
 def _read_mig(
-    v: Validator, fields: dict[str, Entry], spath: str
-) -> tuple[str, ...] | None | Invalid:
-    """A slot's ``mig``: the profiles of its MIG slices ([] for MIG off), as NVML names them."""
+    v: Validator,
+    fields: dict[str, Entry],
+    spath: str,
+    parent: GpuModel | None,
+    models: list[GpuModel],
+) -> tuple[tuple[str, ...], tuple[int, ...] | None] | None | Invalid:
+    """A slot's ``mig``: the profiles of its MIG slices ([] for MIG off), as NVML names them,
+    and their GPU instance ids (``3g.40gb@1``; None unless every slice gives one). The slices
+    must fit the GPU (7 compute slices, its ``memory_gb``); a profile no model stands for is
+    a warning: jobs cannot ask for it by model."""
     if "mig" not in fields:
         return None
     path = join_path(spath, "mig")
     items = v.string_list(fields["mig"].value, path)
     if items is None:
         return INVALID
-    profiles = []
-    for i, (profile, node) in enumerate(items):
-        if not _MIG_PROFILE.match(profile):
-            v.error(line_of(node), f"{path}[{i}]", f"not a MIG profile: {profile!r} (e.g. 1g.10gb)")
+    profiles: list[str] = []
+    gis: dict[int, int] = {}  # GPU instance id -> its slice
+    for i, (text, node) in enumerate(items):
+        if not _MIG_SLICE.match(text):
+            v.error(
+                line_of(node),
+                f"{path}[{i}]",
+                f"not a MIG profile: {text!r} (e.g. 1g.10gb, or 1g.10gb@7 with its GPU instance)",
+            )
             return INVALID
+        profile, _, gi = text.partition("@")
+        if gi and int(gi) in gis:
+            v.error(
+                line_of(node), f"{path}[{i}]", f"GPU instance {gi} is already slice {gis[int(gi)]}"
+            )
+            return INVALID
+        if gi:
+            gis[int(gi)] = i
         profiles.append(profile)
-    return tuple(profiles)
+    line = key_line(fields, "mig")
+    if gis and len(gis) != len(profiles):
+        v.error(line, path, "give every slice its GPU instance id (@GI) or none")
+        return INVALID
+    compute = sum(mig_profile_size(p)[0] for p in profiles)
+    memory = sum(mig_profile_size(p)[1] for p in profiles)
+    if compute > MIG_COMPUTE_SLICES:
+        v.error(
+            line,
+            path,
+            f"the slices take {compute} compute slices, a GPU has {MIG_COMPUTE_SLICES}",
+        )
+        return INVALID
+    if parent is not None and parent.memory_gb is not None and memory > parent.memory_gb:
+        v.error(
+            line, path, f"the slices take {memory} GB, a {parent.name} has {parent.memory_gb} GB"
+        )
+        return INVALID
+    if parent is not None:
+        _warn_unmodelled_slices(v, line, path, parent, models, profiles)
+    return tuple(profiles), (tuple(gis) if gis else None)
+
+
+def _warn_unmodelled_slices(
+    v: Validator,
+    line: int | None,
+    path: str,
+    parent: GpuModel,
+    models: list[GpuModel],
+    profiles: list[str],
+) -> None:
+    for profile in dict.fromkeys(profiles):
+        if slice_model(models, parent, profile) is None:
+            v.warn(
+                line,
+                path,
+                f"no model stands for {parent.name} {profile} slices (one with nvml_names "
+                f"[{slice_nvml_name(parent.nvml_names[0], profile)!r}]): jobs cannot ask for "
+                "them by model",
+            )
 
 
 def _check_bus_id(

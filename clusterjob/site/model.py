@@ -6,7 +6,7 @@ submission side (request -> sbatch script) and the node side (preflight checks).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -33,6 +33,7 @@ class GpuModel:
     nvml_names: tuple[str, ...]  # NVML device names that identify this model on a node
     memory_gb: int | None = None
     constraint: str | None = None  # node feature for sites that select the model by --constraint
+    max_per_job: int | None = None  # the most one job may ask for (e.g. of a MIG slice)
 
     def matches(self, name: str) -> bool:
         wanted = name.casefold()
@@ -142,6 +143,65 @@ class NodeGpu:
     uuid: str | None = None
     nvlinks: int | None = None  # NVLink links that must be active (the slot's nvlinks: key)
     mig: tuple[str, ...] | None = None  # MIG profiles of its slices; (): MIG off; None: any
+    mig_gi: tuple[int, ...] | None = None  # each slice's GPU instance id, where the map gives them
+
+
+@dataclass(frozen=True)
+class GresUnit:
+    """One Slurm GRES index of a node: a whole GPU, or one MIG slice of it.
+
+    The generated gres.conf lists a node's GPUs in slot order and a GPU in MIG mode as one
+    record per slice (in the order of its ``mig:`` list), so GRES index i is the i-th unit.
+    """
+
+    index: int  # the GRES index
+    slot: NodeGpu  # the GPU (the slice's parent)
+    slice: int | None = None  # position in the slot's ``mig:`` list; None: the whole GPU
+
+    @property
+    def profile(self) -> str | None:
+        return None if self.slice is None or not self.slot.mig else self.slot.mig[self.slice]
+
+    @property
+    def gpu_instance(self) -> int | None:
+        gis = self.slot.mig_gi
+        return None if self.slice is None or gis is None else gis[self.slice]
+
+
+def gres_units(gpus: tuple[NodeGpu, ...]) -> tuple[GresUnit, ...]:
+    """A node's GRES indices: one per GPU, one per MIG slice of a GPU the map puts in MIG mode."""
+    units: list[GresUnit] = []
+    for slot in gpus:
+        if slot.mig:
+            units += [GresUnit(len(units) + k, slot, k) for k in range(len(slot.mig))]
+        else:
+            units.append(GresUnit(len(units), slot))
+    return tuple(units)
+
+
+MIG_SLICE_MARK = " MIG "  # NVML names a slice "<the GPU's name> MIG <profile>"
+
+
+def slice_nvml_name(gpu_nvml_name: str, profile: str) -> str:
+    """ "NVIDIA A100-SXM4-80GB", "1g.10gb" -> "NVIDIA A100-SXM4-80GB MIG 1g.10gb"."""
+    return f"{gpu_nvml_name}{MIG_SLICE_MARK}{profile}"
+
+
+def slice_model(models: Iterable[GpuModel], parent: GpuModel, profile: str) -> GpuModel | None:
+    """The model of ``profile`` slices of ``parent``: the one whose NVML names include one of
+    the parent's with `` MIG <profile>`` after it, the name NVML gives such a slice. A slice
+    model is an ordinary model (its own ``gres_type``, aliases, ``max_per_job``)."""
+    wanted = {slice_nvml_name(n, profile).casefold() for n in parent.nvml_names}
+    for m in models:
+        if any(n.casefold() in wanted for n in m.nvml_names):
+            return m
+    return None
+
+
+def mig_profile_size(profile: str) -> tuple[int, int]:
+    """ "3g.40gb" -> (3, 40): the compute slices and GB of memory a MIG profile takes."""
+    compute, _, rest = profile.partition("g.")
+    return int(compute), int(rest.split("gb", 1)[0])
 
 
 @dataclass(frozen=True)
@@ -201,6 +261,34 @@ class Site:
         by_name = {m.name: m for m in self.models}
         found = model_for_nvml_name(nvml_name, {m.name: m.nvml_names for m in self.models})
         return None if found is None else by_name[found]
+
+    def slice_model(self, parent: str, profile: str) -> GpuModel | None:
+        """The site's model of ``profile`` slices of the ``parent`` model (see ``slice_model``)."""
+        return slice_model(self.models, self.model_by_name(parent), profile)
+
+    def unit_model(self, unit: GresUnit) -> str:
+        """The model a GRES index is: its GPU's, or its slice's (the profile when the site
+        has no model for it)."""
+        if unit.profile is None:
+            return unit.slot.model
+        found = self.slice_model(unit.slot.model, unit.profile)
+        return found.name if found is not None else f"{unit.slot.model} MIG {unit.profile}"
+
+    def unit_gres_type(self, unit: GresUnit) -> str | None:
+        """A GRES index's type: its model's; for a slice without a model of its own, its
+        profile (``1g.10gb``, as Slurm's gres.conf examples name them: not the parent's type
+        with the profile after it, which Slurm's substring match would take for the parent)."""
+        if unit.profile is None:
+            return self.model_by_name(unit.slot.model).gres_type
+        found = self.slice_model(unit.slot.model, unit.profile)
+        return found.gres_type if found is not None else unit.profile
+
+    def gres_models(self, node: str) -> tuple[str, ...]:
+        """The model of each GRES index of ``node`` (a slice's model for MIG slices)."""
+        gpus = self.node_map.gpus(node) or ()
+        if not any(g.mig for g in gpus):
+            return tuple(g.model for g in gpus)
+        return tuple(self.unit_model(u) for u in gres_units(gpus))
 
     def partition(self, name: str) -> Partition | None:
         for p in self.partitions:

@@ -24,7 +24,8 @@ from typing import Any
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.model import CheckPolicy, NodeGpu, OnError, PrologPolicy, Site
 
-CACHE_FORMAT = 6  # 3: a slot's nvlinks; 4: check policies; 5: a slot's MIG; 6: cuda_min
+CACHE_FORMAT = 7  # 3: a slot's nvlinks; 4: check policies; 5: a slot's MIG; 6: cuda_min;
+# 7: the GPU instance ids of its MIG slices
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,7 @@ def _to_json(view: NodeView, key: list[Any]) -> str:
             "key": key,
             "node": view.node,
             "site": view.site,
-            "gpus": None
-            if view.gpus is None
-            else [[g.slot, g.model, g.bus_id, g.uuid, g.nvlinks, g.mig] for g in view.gpus],
+            "gpus": None if view.gpus is None else [_slot_json(g) for g in view.gpus],
             "models": {k: list(v) for k, v in view.models.items()},
             "gres_types": dict(view.gres_types),
             "prolog": {
@@ -109,10 +108,28 @@ def _to_json(view: NodeView, key: list[Any]) -> str:
     )
 
 
+def _slot_json(g: NodeGpu) -> list[Any]:
+    return [g.slot, g.model, g.bus_id, g.uuid, g.nvlinks, g.mig, g.mig_gi]
+
+
 def _slot(
-    slot: int, model: str, bus_id: str | None, uuid: str | None, nvlinks: int | None, mig: Any
+    slot: int,
+    model: str,
+    bus_id: str | None,
+    uuid: str | None,
+    nvlinks: int | None,
+    mig: Any,
+    mig_gi: Any,
 ) -> NodeGpu:
-    return NodeGpu(slot, model, bus_id, uuid, nvlinks, None if mig is None else tuple(mig))
+    return NodeGpu(
+        slot,
+        model,
+        bus_id,
+        uuid,
+        nvlinks,
+        None if mig is None else tuple(mig),
+        None if mig_gi is None else tuple(mig_gi),
+    )
 
 
 def _policy_json(policy: CheckPolicy) -> list[Any]:

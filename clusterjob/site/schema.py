@@ -39,6 +39,8 @@ GRES_TYPE_PATTERN = r"^[A-Za-z0-9_.-]+$"
 BUS_ID_PATTERN = r"^\s*([0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\s*$"
 UUID_PATTERN = r"^(GPU|MIG)-[0-9a-fA-F-]+$"
 MIG_PROFILE_PATTERN = r"^[0-9]+g\.[0-9]+gb(\+[a-z0-9]+)*$"
+# A slot's MIG slice: its profile, and after "@" its GPU instance id (0-14) where known.
+MIG_SLICE_PATTERN = r"^[0-9]+g\.[0-9]+gb(\+[a-z0-9]+)*(@([0-9]|1[0-4]))?$"
 CUDA_VERSION_PATTERN = r"^[0-9]+\.[0-9]$"
 DRIVER_VERSION_PATTERN = r"^[0-9]+(\.[0-9]+){0,2}$"
 NON_EMPTY = r"\S"
@@ -155,6 +157,13 @@ MODEL = Section(
             required=True,
         ),
         Key("memory_gb", INTEGER, "GPU memory in GB (shown by `site show`).", minimum=1),
+        Key(
+            "max_per_job",
+            INTEGER,
+            "The most of this model one job may ask for (e.g. MIG slices: a job that needs "
+            "more should ask for whole GPUs).",
+            minimum=1,
+        ),
         Key(
             "constraint",
             NULLABLE_STRING,
@@ -276,8 +285,11 @@ GPU_SLOT = Section(
         Key(
             "mig",
             STRING_LIST,
-            "The MIG profiles of its slices (e.g. `1g.10gb`); `[]`: MIG off; absent: any.",
-            pattern=MIG_PROFILE_PATTERN,
+            "The MIG profiles of its slices (e.g. `1g.10gb`), each with `@GI`, its GPU "
+            "instance id (`nvidia-smi mig -lgi`), where gres.conf should name its device "
+            "files (`3g.40gb@1`); Slurm GRES indices count the slices. `[]`: MIG off; "
+            "absent: any.",
+            pattern=MIG_SLICE_PATTERN,
         ),
     ),
 )
