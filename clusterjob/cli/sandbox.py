@@ -12,7 +12,7 @@ import typer
 from clusterjob.cli import sandbox_app
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the sandbox
-    from clusterjob.sandbox import cluster
+    from clusterjob.sandbox import cluster, releases
 
 StateDir = Annotated[
     Optional[Path],  # noqa: UP045 (typer on Python 3.10 needs Optional here)
@@ -23,6 +23,28 @@ StateDir = Annotated[
         show_default=False,
     ),
 ]
+
+
+Slurm = Annotated[
+    Optional[str],  # noqa: UP045 (typer on Python 3.10 needs Optional here)
+    typer.Option(
+        "--slurm",
+        help="Slurm release: 22.05, 24.11 or 26.05; one the host does not ship runs in a "
+        "Debian root of its own [env CLUSTERJOB_SANDBOX_SLURM; default: the host's Slurm]",
+        envvar="CLUSTERJOB_SANDBOX_SLURM",
+        show_default=False,
+    ),
+]
+
+
+def _in_root(slurm: str | None, state_dir: Path | None) -> releases.Release | None:
+    """The release's root sandbox when ``--slurm`` names one the host does not ship."""
+    from clusterjob.sandbox import releases
+
+    if slurm is None:
+        return None
+    rel = releases.release(slurm, state_dir)  # an unknown release is refused here
+    return rel if releases.needs_root(slurm) else None
 
 
 def _progress(message: str) -> None:
@@ -49,14 +71,20 @@ def _print_exports(state_dir: Path) -> None:
 @sandbox_app.command()
 def up(
     state_dir: StateDir = None,
+    slurm: Slurm = None,
     hooks: Annotated[
         bool, typer.Option(help="Wire clusterjob's Prolog and TaskProlog into slurm.conf.")
     ] = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the daemons.")] = 120,
 ) -> None:
     """Start the local Slurm cluster with stand-in GPUs (as root); a no-op when it runs."""
-    from clusterjob.sandbox import cluster
+    from clusterjob.sandbox import cluster, releases
 
+    rel = _in_root(slurm, state_dir)
+    if rel is not None:
+        print(releases.up(rel, hooks=hooks, timeout=timeout, say=_progress), end="")
+        print(f"# or from the host: clusterjob sandbox exec --slurm {rel.version} -- COMMAND")
+        return
     path = cluster.resolve_state_dir(state_dir)
     result = cluster.up(path, hooks=hooks, timeout=timeout, say=_progress)
     if result.already_up:
@@ -71,21 +99,35 @@ def up(
 @sandbox_app.command()
 def down(
     state_dir: StateDir = None,
+    slurm: Slurm = None,
     purge: Annotated[bool, typer.Option(help="Also delete the state directory.")] = False,
 ) -> None:
-    """Stop the daemons `sandbox up` started (its jobs are cancelled first)."""
-    from clusterjob.sandbox import cluster
+    """Stop the daemons `sandbox up` started (its jobs are cancelled first); for another
+    release, also end what runs in its root and unmount it."""
+    from clusterjob.sandbox import cluster, releases
 
+    rel = _in_root(slurm, state_dir)
+    if rel is not None:
+        stopped = releases.down(rel, purge=purge, say=_progress)
+        _progress(f"stopped {len(stopped)} daemon(s); nothing mounted in {rel.root}")
+        return
     path = cluster.resolve_state_dir(state_dir)
     stopped = cluster.down(path, purge=purge, say=_progress)
     _progress(f"stopped {len(stopped)} daemon(s)" if stopped else "nothing was running")
 
 
 @sandbox_app.command()
-def status(state_dir: StateDir = None) -> None:
+def status(state_dir: StateDir = None, slurm: Slurm = None) -> None:
     """Which daemons run and what slurmctld says about the nodes; exit 1 unless all is up."""
-    from clusterjob.sandbox import cluster
+    from clusterjob.sandbox import cluster, releases
 
+    rel = _in_root(slurm, state_dir)
+    if rel is not None:
+        ok, text = releases.status_text(rel)
+        print(text, end="" if text.endswith("\n") else "\n")
+        if not ok:
+            raise typer.Exit(1)
+        return
     path = cluster.resolve_state_dir(state_dir)
     st = cluster.status(path)
     _print_status(st)
@@ -112,3 +154,39 @@ def env(
         print(Layout(path).site_yaml)
         return
     _print_exports(path)
+
+
+@sandbox_app.command(
+    "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def exec_(
+    ctx: typer.Context,
+    state_dir: StateDir = None,
+    slurm: Slurm = None,
+) -> None:
+    """Run a command against the sandbox: `sandbox exec [--slurm 24.11] -- CMD ARGS...`.
+    Another release's command runs inside its root (its Slurm clients, its clusterjob);
+    the environment has SLURM_CONF and CLUSTERJOB_SITE set. Exits with the command's status."""
+    import os
+    import subprocess
+
+    from clusterjob.errors import UsageError
+    from clusterjob.sandbox import cluster, releases
+
+    argv = list(ctx.args)
+    if not argv:
+        raise UsageError("sandbox exec: name a command, e.g. sandbox exec -- sinfo -V")
+    if slurm is None:  # the one other release that is up, if any
+        mounted = releases.mounted_releases()
+        if len(mounted) > 1:
+            names = ", ".join(r.version for r in mounted)
+            raise UsageError(f"sandbox exec: several sandboxes are up ({names}); pick with --slurm")
+        slurm = mounted[0].version if mounted else None
+    rel = _in_root(slurm, state_dir)
+    if rel is not None:
+        raise typer.Exit(releases.exec_inside(rel, argv, Path.cwd()))
+    env = dict(os.environ, **cluster.client_env(cluster.resolve_state_dir(state_dir)))
+    try:
+        raise typer.Exit(subprocess.run(argv, env=env).returncode)
+    except FileNotFoundError:
+        raise UsageError(f"sandbox exec: {argv[0]}: command not found") from None

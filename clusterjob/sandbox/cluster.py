@@ -26,9 +26,9 @@ from clusterjob.node.wrappers import install_wrappers
 from clusterjob.sandbox import config, host
 from clusterjob.sandbox.config import SANDBOX_NODES, Layout, Ports
 
-# Below Linux's ephemeral range (32768-60999): a client connection's local port can never
-# take a daemon's port between `down` and `up` (seen: slurmd "Address already in use").
-PORT_RANGE = range(26800, 26900, 20)
+# Ports come from config.port_range(release): below Linux's ephemeral range (32768-60999),
+# so a client connection's local port can never take a daemon's port between `down` and `up`
+# (seen: slurmd "Address already in use"); one block of the range per Slurm release.
 MUNGE_USER = "munge"
 MYSQL_USER = "mysql"
 
@@ -164,8 +164,9 @@ def up(state_dir: Path, *, hooks: bool = True, timeout: float = 120, say: Say = 
         host.install_packages(installed)
 
     _make_dirs(layout)
-    ports = _choose_ports(layout)
-    _write_files(layout, ports, hooks=hooks)
+    release = slurm_release()
+    ports = _choose_ports(layout, config.port_range(release))
+    _write_files(layout, ports, hooks=hooks, release=release)
     _make_devices(layout)
     _write_standin(layout)
     host.add_hosts_entry([n.name for n in SANDBOX_NODES], _hosts_marker(layout))
@@ -232,11 +233,21 @@ def _make_dirs(layout: Layout) -> None:
         d.chmod(mode)
 
 
-def _choose_ports(layout: Layout) -> Ports:
+def slurm_release() -> str | None:
+    """The release of the Slurm installed here (``24.11``), None when there is none. slurmd
+    says it without a config (22.05's sinfo -V wants one first)."""
+    try:
+        slurmd = host.which("slurmd")
+    except ClusterjobError:
+        return None
+    return config.release_of(host.run([slurmd, "-V"], timeout=30, check=False).stdout)
+
+
+def _choose_ports(layout: Layout, port_range: range) -> Ports:
     """Keep the block this sandbox used before if it is still free, else the first free one."""
     saved = layout.state_dir / "ports"
-    candidates = list(PORT_RANGE)
-    if saved.exists() and int(saved.read_text().strip()) in PORT_RANGE:
+    candidates = list(port_range)
+    if saved.exists() and int(saved.read_text().strip()) in port_range:
         candidates.insert(0, int(saved.read_text().strip()))
     ours_running = any(r.alive() for r in host.list_pids(layout.pid_dir))
     for base in candidates:
@@ -246,7 +257,7 @@ def _choose_ports(layout: Layout) -> Ports:
         ):
             saved.write_text(f"{base}\n")
             return ports
-    raise ClusterjobError(f"no free block of ports in {PORT_RANGE.start}-{PORT_RANGE.stop}")
+    raise ClusterjobError(f"no free block of ports in {port_range.start}-{port_range.stop - 1}")
 
 
 def _write(path: Path, text: str, mode: int) -> None:
@@ -264,8 +275,9 @@ def _db_password(layout: Layout) -> str:
     return path.read_text().strip()
 
 
-def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
-    """Every config, the site YAML first: gres.conf and Gres= are generated from it as loaded."""
+def _write_files(layout: Layout, ports: Ports, *, hooks: bool, release: str | None) -> None:
+    """Every config, the site YAML first: gres.conf and Gres= are generated from it as loaded;
+    cgroup.conf only for the releases that need one (``config.cgroup_conf``)."""
     from clusterjob.site.loader import load_site
 
     _write(layout.site_yaml, config.site_yaml(layout), 0o644)
@@ -273,6 +285,11 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool) -> None:
     _write(layout.gres_conf, gres_conf, 0o644)
     _write(layout.slurm_conf, config.slurm_conf(layout, ports, node_gres, hooks=hooks), 0o644)
     _write(layout.job_submit_lua, config.JOB_SUBMIT_LUA, 0o644)
+    cgroup = config.cgroup_conf(release)
+    if cgroup is None:
+        layout.cgroup_conf.unlink(missing_ok=True)
+    else:
+        _write(layout.cgroup_conf, cgroup, 0o644)
     _write(layout.slurmdbd_conf, config.slurmdbd_conf(layout, ports, _db_password(layout)), 0o600)
     _make_hook_python(layout)
     # As `clusterjob site install-hooks` writes them, so the sandbox tests that very writer.
@@ -501,6 +518,9 @@ def _ensure_mariadb(layout: Layout, ports: Ports, deadline: float, say: Say) -> 
                 "--innodb-buffer-pool-size=256M",
                 "--innodb-lock-wait-timeout=900",
                 "--innodb-use-native-aio=0",
+                # MariaDB 11.8 turns it on and slurmdbd warns a write conflict may be fatal;
+                # `loose-`: releases without the option ignore it.
+                "--loose-innodb-snapshot-isolation=OFF",
             ],
             pid_dir=layout.pid_dir,
             log=_log(layout, "mariadb"),

@@ -10,6 +10,7 @@ puts A100s there. Pure functions only: nothing here touches the machine.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from collections.abc import Mapping
@@ -24,6 +25,37 @@ CLUSTER_NAME = "sandbox"
 ACCOUNT = "sandbox"
 DEFAULT_STATE_DIR = Path("/var/lib/clusterjob-sandbox")
 HOSTS_MARKER = "# clusterjob-sandbox"
+
+# The Slurm releases a sandbox can run, oldest first, and the Debian suite shipping each.
+RELEASE_SUITES: dict[str, str] = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
+# Each release's sandbox takes its ports from its own block of the range (the host's 22.05
+# keeps 26800-26899), so sandboxes of different releases can run side by side.
+PORT_BASE = 26800
+PORT_BLOCK = 20
+PORTS_PER_RELEASE = 100
+
+
+def release_of(version_text: str) -> str | None:
+    """``22.05`` from what ``sinfo -V`` / ``slurmd -V`` print (``slurm 22.05.8``)."""
+    m = re.search(r"(\d+)\.(\d+)\.\d+", version_text)
+    return f"{int(m.group(1)):02d}.{int(m.group(2)):02d}" if m else None
+
+
+def port_range(release: str | None) -> range:
+    """Where a sandbox of ``release`` looks for a free block of ports."""
+    known = list(RELEASE_SUITES)
+    offset = known.index(release) if release in known else 0
+    start = PORT_BASE + offset * PORTS_PER_RELEASE
+    return range(start, start + PORTS_PER_RELEASE, PORT_BLOCK)
+
+
+def cgroup_conf(release: str | None) -> str | None:
+    """cgroup.conf for ``release``: from 24.05 slurmd will not start without a cgroup file
+    system unless told ``CgroupPlugin=disabled``, which 22.05 refuses; None: write none."""
+    if release is None or tuple(map(int, release.split("."))) < (24, 5):
+        return None
+    head = "# Written by `clusterjob sandbox up`; regenerated on every start.\n"
+    return head + "CgroupPlugin=disabled\n"
 
 
 @dataclass(frozen=True)
@@ -131,6 +163,10 @@ class Layout:
     @property
     def gres_conf(self) -> Path:
         return self.state_dir / "gres.conf"
+
+    @property
+    def cgroup_conf(self) -> Path:  # read next to slurm.conf
+        return self.state_dir / "cgroup.conf"
 
     @property
     def job_submit_lua(self) -> Path:  # job_submit/lua reads it next to slurm.conf

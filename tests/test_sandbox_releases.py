@@ -1,0 +1,136 @@
+"""Sandboxes of several Slurm releases: which release, which ports, which cgroup.conf, and
+how a command is run inside a release's root. Runs without a cluster; the releases' own
+recordings (tests/fixtures/slurm/<release>/) say what each slurmd -V prints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterjob.errors import UsageError
+from clusterjob.sandbox import config, releases
+from clusterjob.sandbox.config import Ports
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+RELEASES = tuple(config.RELEASE_SUITES)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_release_of_reads_what_that_release_printed(release: str) -> None:
+    printed = (FIXTURES / release / "slurmd_version.txt").read_text()
+    assert config.release_of(printed) == release
+
+
+def test_release_of_refuses_text_without_a_version() -> None:
+    assert config.release_of("slurmd: command not found") is None
+
+
+def test_the_host_release_keeps_its_ports_and_the_others_get_blocks_of_their_own() -> None:
+    assert config.port_range("22.05") == range(26800, 26900, 20)  # as before releases
+    assert config.port_range(None) == config.port_range("22.05")
+    used: set[int] = set()
+    for release in RELEASES:
+        ports = {p for base in config.port_range(release) for p in Ports.from_base(base).all()}
+        assert not ports & used, release
+        assert max(ports) < 32768  # below the ephemeral range
+        used |= ports
+
+
+def test_cgroup_conf_only_from_24_05() -> None:
+    assert config.cgroup_conf("22.05") is None  # 22.05 refuses CgroupPlugin=disabled
+    assert config.cgroup_conf(None) is None
+    for release in ("24.05", "24.11", "26.05"):
+        text = config.cgroup_conf(release)
+        assert text is not None and "CgroupPlugin=disabled" in text.splitlines()
+
+
+def test_an_unknown_release_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(UsageError, match=r"--slurm 23\.02: .*22\.05, 24\.11, 26\.05"):
+        releases.release("23.02")
+
+
+def test_each_release_has_its_own_state_dir_and_suite() -> None:
+    dirs = {releases.release(r).state_dir for r in RELEASES}
+    assert len(dirs) == len(RELEASES)
+    assert config.DEFAULT_STATE_DIR not in dirs  # the host's sandbox is never touched
+    assert releases.release("24.11").suite == "trixie"
+    assert releases.release("26.05").suite == "sid"
+
+
+def _fake_root(tmp_path: Path) -> releases.Release:
+    rel = releases.Release("24.11", "trixie", tmp_path, tmp_path / "state")
+    (rel.root / "root").mkdir(parents=True)
+    return rel
+
+
+def test_a_command_runs_in_the_callers_directory_when_it_exists_inside(tmp_path: Path) -> None:
+    rel = _fake_root(tmp_path)
+    here = Path("/srv/project")
+    rel.inside(here).mkdir(parents=True)
+    argv = releases.chroot_argv(rel, ["sinfo", "-V"], here)
+    assert argv[:2] == ["chroot", str(rel.root)]
+    assert argv[-3:] == [str(here), "sinfo", "-V"]
+    # elsewhere: root's home inside, never a directory of the host that is not there
+    assert releases.chroot_argv(rel, ["true"], Path("/elsewhere"))[-2] == "/root"
+
+
+def test_the_chroot_shell_runs_the_command_in_that_directory_with_its_arguments(
+    tmp_path: Path,
+) -> None:
+    """The shell line of chroot_argv, run as is (without chroot): cd, then exec argv intact."""
+    rel = _fake_root(tmp_path)
+    argv = releases.chroot_argv(rel, ["sh", "-c", 'pwd; printf "%s|" "$@"', "x", "a b", "c"])
+    shell_part = argv[2:]
+    shell_part[3] = str(tmp_path)  # the directory, as seen without the chroot
+    out = subprocess.run(shell_part, capture_output=True, text=True, check=True).stdout
+    assert out == f"{tmp_path}\na b|c|"
+
+
+def test_the_environment_inside_points_at_the_release_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rel = releases.Release("26.05", "sid", tmp_path, tmp_path / "state-26.05")
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", "/data")
+    monkeypatch.setenv("CLUSTERJOB_SANDBOX_SLURM", "26.05")
+    monkeypatch.setenv("SLURM_CONF", "/host/slurm.conf")
+    monkeypatch.setenv("PYTHONPATH", "/host/lib")
+    env = releases.inside_env(rel)
+    assert env["SLURM_CONF"] == str(rel.state_dir / "slurm.conf")
+    assert env["CLUSTERJOB_SITE"] == str(rel.state_dir / "site.yaml")
+    assert env["CLUSTERJOB_SANDBOX_DIR"] == str(rel.state_dir)
+    assert env["CLUSTERJOB_DATA_DIR"] == "/data"  # the caller's CLUSTERJOB_* come along
+    assert "CLUSTERJOB_SANDBOX_SLURM" not in env  # inside, the release is the host's own
+    assert "PYTHONPATH" not in env  # nothing of the host's Python
+    assert env["PATH"].split(":")[0] == f"{releases.VENV}/bin"
+
+
+def test_processes_are_found_by_their_root_directory(tmp_path: Path) -> None:
+    """What runs chrooted into a root counts, nothing else: this test runs in /."""
+    assert os.getpid() in releases.processes_in(Path("/"))
+    assert releases.processes_in(tmp_path) == []
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "clusterjob", "sandbox", *args],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+
+
+def test_exec_without_a_command_is_a_one_line_error() -> None:
+    proc = _cli("exec", "--slurm", "24.11")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "clusterjob: error: sandbox exec: name a command, e.g. sandbox exec -- sinfo -V"
+    ]
+
+
+def test_an_unknown_release_on_the_command_line_is_a_one_line_error() -> None:
+    proc = _cli("status", "--slurm", "21.08")
+    assert proc.returncode == 2
+    assert "not a release the sandbox knows (known: 22.05, 24.11, 26.05)" in proc.stderr
+    assert "Traceback" not in proc.stderr
