@@ -85,6 +85,26 @@ class SlurmUnavailable(SlurmError):
     """Slurm could not be reached within the overall deadline, or its commands are not installed."""
 
 
+class SshError(ClusterjobError):
+    """The login node of a remote cluster could not be used over ssh: its host key is unknown
+    or changed, the key was refused, the name does not resolve, rsync failed."""
+
+
+class JobFailed(ClusterjobError):
+    """A job (``Job.result()``) ended other than COMPLETED, or its function left no result.
+    ``state`` and ``exit_code`` are Slurm's."""
+
+    def __init__(self, message: str, state: str = "", exit_code: int | None = None) -> None:
+        self.state = state
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
+class JobTimeout(ClusterjobError, TimeoutError):
+    """``Job.wait(timeout)`` ran out of time while the job was still going (also a
+    ``TimeoutError``, as ``concurrent.futures`` raises)."""
+
+
 class NvmlErrorKind(str, Enum):
     """Why NVML gave no inventory: stable names that the Prolog's log and JSON output carry."""
 
@@ -130,6 +150,7 @@ _EXIT_CODES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (SiteNotFound, ExitCode.USAGE),
     (PreflightFailed, ExitCode.FAILURE),
     (SlurmUnavailable, ExitCode.SLURM_UNAVAILABLE),
+    (SshError, ExitCode.SLURM_UNAVAILABLE),
     (SlurmError, ExitCode.SLURM),
     (NvmlError, ExitCode.NVML),
     (RegistryError, ExitCode.REGISTRY),

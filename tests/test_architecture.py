@@ -25,6 +25,8 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"jobscript", "node", "workstation"}),
     # The sandbox wires the node hooks in as a site does (node.wrappers), so it stands above.
     frozenset({"jobs", "sandbox"}),
+    # The Python API (Cluster, Job): over the jobs layer; the CLI is a thin layer over it.
+    frozenset({"api"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),  # dispatches the Slurm hooks (stdlib only) or the CLI
 )

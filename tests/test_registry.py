@@ -282,10 +282,11 @@ def test_an_older_registry_gains_the_new_columns(tmp_path: Path) -> None:
     reg = Registry(path)
     old = reg.get("7")
     assert old is not None and (old.request, old.tasks, old.state) == (None, None, "SUBMITTED")
+    assert old.host == ""  # a job of the older file was submitted on this machine
     reg.add(full_record("8", "u", 2.0))
     assert reg.get("8") == full_record("8", "u", 2.0)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
 
@@ -294,13 +295,13 @@ def test_a_registry_from_a_newer_clusterjob_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "jobs.sqlite"
     Registry(path).check()
     conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 3")
+    conn.execute("PRAGMA user_version = 4")
     conn.commit()
     conn.close()
     with pytest.raises(RegistryError) as info:
         Registry(path).check()
     assert str(info.value) == (
-        f"job registry {path} was written by a newer clusterjob (schema 3 > 2); upgrade clusterjob"
+        f"job registry {path} was written by a newer clusterjob (schema 4 > 3); upgrade clusterjob"
     )
 
 
@@ -336,3 +337,24 @@ def test_repair_names_the_file_it_moved_aside_by_time(tmp_path: Path) -> None:
 def test_newest_of_an_empty_registry_is_none(tmp_path: Path) -> None:
     assert Registry(tmp_path / "jobs.sqlite").newest() is None
     assert Registry(tmp_path / "jobs.sqlite").all() == []
+
+
+def test_each_host_sees_its_own_jobs(tmp_path: Path) -> None:
+    """Job ids are per cluster: a registry opened for a host (``--host``) reads only the jobs
+    submitted through it, and the plain one only this machine's; ``last`` is per host too."""
+    from dataclasses import replace
+
+    path = tmp_path / "jobs.sqlite"
+    Registry(path).add(
+        full_record("7", "here", 1.0),
+        replace(full_record("7", "there", 2.0), host="ada@login1:2222"),
+        replace(full_record("9", "there2", 3.0), host="ada@login1:2222"),
+    )
+    here = Registry(path)
+    there = Registry(path, host="ada@login1:2222")
+    assert [r.token for r in here.all()] == ["here"]
+    assert [r.token for r in there.all()] == ["there", "there2"]
+    assert here.resolve_id("last") == "7" and there.resolve_id("last") == "9"
+    record = there.get("7")
+    assert record is not None and record.host == "ada@login1:2222"
+    assert Registry(path, host="other").all() == []

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from clusterjob.errors import UsageError
 from clusterjob.jobs.registry import Registry
-from clusterjob.jobs.status import StatusCache
+from clusterjob.jobs.status import StatusCache, cache_for
 from clusterjob.slurm.commands import SlurmClient
 
 
@@ -15,6 +15,7 @@ def cancel(
     *,
     client: SlurmClient | None = None,
     registry: Registry | None = None,
+    cache: StatusCache | None = None,
 ) -> list[str]:
     """Ask Slurm to cancel ``jobs`` (ids or ``last``) in one scancel call; the ids it took.
 
@@ -22,12 +23,12 @@ def cancel(
     cancel): scancel itself exits 0 for it.
     """
     client = client or SlurmClient()
-    registry = registry or Registry()
+    registry = registry or Registry(host=client.runner.transport.label)
     ids = [registry.resolve_id(j) for j in jobs]
     if not ids:
         raise UsageError("name at least one job to cancel")
     unknown = client.scancel(ids)
-    StatusCache().clear()  # the next status must not show the jobs as they were
+    (cache or cache_for(client)).clear()  # the next status must not show them as they were
     if unknown:
         known = [i for i in ids if i not in unknown]
         plural = "s" if len(unknown) > 1 else ""

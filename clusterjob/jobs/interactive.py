@@ -3,7 +3,6 @@ preflight first (``clusterjob shell``). Nothing is recorded in the registry."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,4 +70,4 @@ def shell_session(
 def open_shell(session: ShellSession, client: SlurmClient | None = None) -> int:
     """Run the session on this terminal; its exit status."""
     client = client or SlurmClient()
-    return client.srun_pty(session.options, session.command, {**os.environ, **session.env})
+    return client.srun_pty(session.options, session.command, session.env)

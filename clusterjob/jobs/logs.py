@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import time
@@ -13,9 +14,10 @@ import hostlist
 
 from clusterjob.errors import UsageError
 from clusterjob.jobs.registry import JobRecord, Registry
-from clusterjob.jobs.status import array_spec, status
+from clusterjob.jobs.status import StatusCache, array_spec, status
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import SlurmClient
+from clusterjob.slurm.runner import LocalTransport
 from clusterjob.slurm.syntax import array_task_ids, split_array_id
 
 NO_VAL = "4294967294"  # Slurm's "no value": the task id it prints for an array's own record
@@ -36,7 +38,7 @@ def output_path(
     one without a task is refused with the tasks it has.
     """
     client = client or SlurmClient()
-    registry = registry or Registry()
+    registry = registry or Registry(host=client.runner.transport.label)
     job_id = registry.resolve_id(job)
     base, task_text = split_array_id(job_id)
     if task is not None:
@@ -127,6 +129,17 @@ def _user() -> str:
         return ""
 
 
+# read(path, offset) -> the file's bytes from offset, None while it does not exist: this
+# machine's files, or a remote cluster's through the transport (clusterjob.slurm.runner).
+Reader = Callable[[str, int], "bytes | None"]
+
+
+def read_text(path: Path, read: Reader | None = None) -> str | None:
+    """The whole of a job's file as text (None: it does not exist yet)."""
+    data = (read or LocalTransport().read_bytes)(str(path), 0)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
 def follow(
     path: Path,
     *,
@@ -135,21 +148,24 @@ def follow(
     check_every: float = 10.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    read: Reader | None = None,
 ) -> Iterator[str]:
     """Yield what is appended to ``path`` until ``finished()`` says the job ended (asked at
-    most every ``check_every`` seconds, so following costs Slurm little) and all is read."""
+    most every ``check_every`` seconds, so following costs Slurm little) and all is read.
+    ``read``: how to read it (default: here; a remote cluster's over its ssh connection)."""
+    read = read or LocalTransport().read_bytes
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     position = 0
     last_check = clock()
     done = False
     while True:
-        if path.exists():
-            with path.open("r", errors="replace") as f:
-                f.seek(position)
-                chunk = f.read()
-                position = f.tell()
+        data = read(str(path), position)
+        if data:
+            position += len(data)
+            chunk = decoder.decode(data)
             if chunk:
                 yield chunk
-                continue
+            continue
         if done:
             return
         if clock() - last_check >= check_every:
@@ -159,8 +175,14 @@ def follow(
         sleep(poll)
 
 
-def is_finished(job: str, *, client: SlurmClient | None = None) -> bool:
-    rows = status([job], client=client)
+def is_finished(
+    job: str,
+    *,
+    client: SlurmClient | None = None,
+    registry: Registry | None = None,
+    cache: StatusCache | None = None,
+) -> bool:
+    rows = status([job], client=client, registry=registry, cache=cache)
     return all(parse.is_final(r.state) or r.state == "UNKNOWN" for r in rows)
 
 
@@ -220,7 +242,8 @@ def rank_layout(
     from clusterjob.jobs.submit import recorded_request
     from clusterjob.jobscript.request import choose_launcher
 
-    registry = registry or Registry()
+    client = client or SlurmClient()
+    registry = registry or Registry(host=client.runner.transport.label)
     job_id = registry.resolve_id(job)
     base, _ = split_array_id(job_id)
     record = registry.get(base)
@@ -229,7 +252,7 @@ def rank_layout(
     request = recorded_request(record)
     nodes = record.nodes
     if nodes is None:
-        live = (client or SlurmClient()).scontrol_job(job_id)
+        live = client.scontrol_job(job_id)
         nodes = live.nodes if live is not None else None
     names = tuple(hostlist.expand_hostlist(nodes)) if nodes else ()
     return RankLayout(choose_launcher(request), names, request.tasks_per_node)

@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -23,7 +23,7 @@ from clusterjob.errors import RegistryCorrupt, RegistryError, UsageError
 from clusterjob.jobs.private_files import ensure_private_dir, narrow_to_owner, owner_only_umask
 
 REGISTRY_FILE = "jobs.sqlite"
-SCHEMA_VERSION = 2  # 2: request, tasks (added in place to a version-1 file)
+SCHEMA_VERSION = 3  # 2: request, tasks; 3: host (each added in place to an older file)
 BUSY_TIMEOUT_MS = 60_000
 
 _SCHEMA = """
@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     gpus TEXT,
     elapsed TEXT,
     request TEXT,
-    tasks TEXT
+    tasks TEXT,
+    host TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id, cluster);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
@@ -94,6 +95,9 @@ class JobRecord:
     elapsed: str | None = None  # run time as Slurm reports it, e.g. 00:01:02
     request: str | None = None  # the JobRequest as JSON (resubmit re-renders it; sweep params)
     tasks: str | None = None  # an ended array's tasks as JSON (status --tasks without Slurm)
+    # The login node it was submitted through over ssh (`--host`, as typed or the profile's
+    # name); "" for a job submitted on this machine. Job ids are per host.
+    host: str = ""
 
     @property
     def submitted(self) -> datetime:
@@ -122,8 +126,9 @@ class StateUpdate(NamedTuple):
 class Registry:
     """The job registry at ``path`` (default: ``data_dir()/jobs.sqlite``)."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, host: str = "") -> None:
         self.path = path or data_dir() / REGISTRY_FILE
+        self.host = host  # reads see only this host's jobs ("" : this machine's)
         self._ready = False
 
     # --- connection -----------------------------------------------------------------------
@@ -257,11 +262,14 @@ class Registry:
     def _select(
         self, where: str = "", params: Sequence[object] = (), tail: str = ""
     ) -> list[JobRecord]:
+        """Rows of this registry's host only (job ids are per cluster, and so per host)."""
+        mine = "COALESCE(host, '') = ?"
+        where = f"{where} AND {mine}" if where else f"WHERE {mine}"
         with self._connect(write=False) as conn:
             rows = conn.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM jobs {where} {tail}", list(params)
+                f"SELECT {', '.join(_COLUMNS)} FROM jobs {where} {tail}", [*params, self.host]
             ).fetchall()
-        return [JobRecord(*row) for row in rows]
+        return [_with_host(JobRecord(*row)) for row in rows]
 
     def all(self) -> list[JobRecord]:
         """Every record, oldest first."""
@@ -310,6 +318,11 @@ class Registry:
         if not spec or not all(part.isdigit() for part in spec.split("_", 1)):
             raise UsageError(f"not a job id: {spec!r} (expected digits such as 12345, or last)")
         return spec
+
+
+def _with_host(record: JobRecord) -> JobRecord:
+    """A record of an older registry (host NULL) was submitted on this machine."""
+    return record if record.host is not None else replace(record, host="")
 
 
 def _last_offset(spec: str) -> int | None:

@@ -69,8 +69,11 @@ class StatusCache:
     of the job ids wanted now. Raw command output is kept and parsed again on reuse.
     """
 
-    def __init__(self, path: Path | None = None, ttl: float | None = None) -> None:
-        self.path = path or data_dir() / CACHE_FILE
+    def __init__(
+        self, path: Path | None = None, ttl: float | None = None, *, host: str = ""
+    ) -> None:
+        # one file per host (``--host``): the same job id names other jobs on another cluster
+        self.path = path or data_dir() / (CACHE_FILE if not host else _host_cache_file(host))
         env_ttl = os.environ.get("CLUSTERJOB_STATUS_CACHE_SECONDS")
         self.ttl = ttl if ttl is not None else _seconds(env_ttl, DEFAULT_CACHE_SECONDS)
 
@@ -103,6 +106,16 @@ class StatusCache:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def _host_cache_file(host: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._@-]", "_", host)
+    return f"status-cache-{safe}.json"
+
+
+def cache_for(client: SlurmClient) -> StatusCache:
+    """The status cache of the cluster ``client`` talks to (this machine's, or a host's)."""
+    return StatusCache(host=client.runner.transport.label)
 
 
 def _seconds(text: str | None, default: float) -> float:
@@ -212,8 +225,8 @@ def status(
     row whose state sums up its tasks (``tasks``: each task listed under it).
     """
     client = client or SlurmClient()
-    registry = registry or Registry()
-    cache = cache or StatusCache()
+    registry = registry or Registry(host=client.runner.transport.label)
+    cache = cache or cache_for(client)
     now = time.time() if now is None else now
     records, untracked, task_of = _select_tasks(registry, jobs, show_all, now)
     live = [r for r in records if not parse.is_final(r.state)]

@@ -23,7 +23,7 @@ from clusterjob.errors import RegistryError, SlurmError, UsageError
 from clusterjob.jobs.explain import sbatch_hints
 from clusterjob.jobs.private_files import ensure_private_dir, write_private
 from clusterjob.jobs.registry import JobRecord, Registry, data_dir
-from clusterjob.jobs.status import StatusCache
+from clusterjob.jobs.status import cache_for
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
 from clusterjob.slurm.parse import StartEstimate
 
@@ -124,15 +124,26 @@ def submit(
     workdir: str | Path | None = None,
     command_line: Sequence[str] | None = None,
     resubmit_of: str | None = None,
+    source_dir: str | Path | None = None,
 ) -> Submitted | TestOnlyResult:
     """Write the rendered script to the data dir and submit it exactly once.
 
     The registry is opened first, so a corrupt one stops us before a job exists.
     ``test_only``: ``sbatch --test-only``, nothing is submitted or recorded.
+    On a remote cluster (the client's transport is ssh) ``workdir`` is a directory there,
+    taken as given; ``source_dir`` is the local directory it was synced from (its git
+    commit is recorded), and the record names the host.
     """
     client = client or SlurmClient()
-    registry = registry or Registry()
-    work = Path(workdir or os.getcwd()).resolve()
+    registry = registry or Registry(host=client.runner.transport.label)
+    remote = client.remote
+    if remote:
+        if workdir is None:
+            raise UsageError("a job on a remote cluster needs its directory there")
+        work = Path(str(workdir))
+    else:
+        work = Path(workdir or os.getcwd()).resolve()
+    local = Path(source_dir).resolve() if source_dir is not None else (None if remote else work)
     token = rendered.token
     if token_in_script(rendered.script) != token:
         raise UsageError(
@@ -144,13 +155,15 @@ def submit(
         path = _write_script(rendered.script, f"test-{token}")
         try:
             with sbatch_hints(site):
-                return TestOnlyResult(client.sbatch_test_only(path, workdir=work))
+                return TestOnlyResult(
+                    client.sbatch_test_only(path, workdir=work, script=rendered.script)
+                )
         finally:
             path.unlink(missing_ok=True)
     registry.check()
     path = _write_script(rendered.script, token)
     with sbatch_hints(site):
-        submitted = client.sbatch(path, token=token, workdir=work)
+        submitted = client.sbatch(path, token=token, workdir=work, script=rendered.script)
     request = resolved.request
     cluster = submitted.cluster or site.cluster_name or _cluster_name(client)
     record = JobRecord(
@@ -163,11 +176,12 @@ def submit(
         script_path=str(path),
         command_line=shlex.join(command_line if command_line is not None else sys.argv),
         work_dir=str(work),
-        git_commit=git_commit(work),
+        git_commit=git_commit(local) if local is not None else None,
         submitted_at=time.time(),
         state="PENDING",
         request=json.dumps(asdict(request)),
         resubmit_of=resubmit_of,
+        host=client.runner.transport.label,
     )
     _record(registry, record)
     return Submitted(
@@ -300,7 +314,7 @@ def resubmit(
 
     changes = changes or Changes()
     client = client or SlurmClient()
-    registry = registry or Registry()
+    registry = registry or Registry(host=client.runner.transport.label)
     record = _tracked(registry, job)
     if same_script:
         if changes.any():
@@ -337,7 +351,7 @@ def resubmit(
         workdir=record.work_dir,
         resubmit_of=record.job_id,
     )
-    StatusCache().clear()
+    cache_for(client).clear()
     assert isinstance(result, Submitted)
     return result
 
@@ -358,7 +372,7 @@ def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submi
     script = record.script.replace(record.token, token)
     path = _write_script(script, token)
     with sbatch_hints(None):  # the record names its site, but the site config is not loaded
-        submitted = client.sbatch(path, token=token, workdir=record.work_dir)
+        submitted = client.sbatch(path, token=token, workdir=record.work_dir, script=script)
     new = JobRecord(
         job_id=submitted.job_id,
         cluster=submitted.cluster or record.cluster,
@@ -369,14 +383,15 @@ def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submi
         script_path=str(path),
         command_line=record.command_line,
         work_dir=record.work_dir,
-        git_commit=git_commit(Path(record.work_dir)),
+        git_commit=None if client.remote else git_commit(Path(record.work_dir)),
         submitted_at=time.time(),
         resubmit_of=record.job_id,
         state="PENDING",
         request=record.request,
+        host=client.runner.transport.label,
     )
     _record(registry, new)
-    StatusCache().clear()
+    cache_for(client).clear()
     return Submitted(
         new.job_id,
         new.cluster,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from clusterjob.errors import UsageError
 from clusterjob.jobs.registry import Registry
-from clusterjob.jobs.status import JobStatus, StatusCache, status
+from clusterjob.jobs.status import JobStatus, StatusCache, cache_for, status
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import SlurmClient
 
@@ -78,7 +78,7 @@ def wait(
     if interval <= 0 or (timeout is not None and timeout < 0):
         raise UsageError("--interval must be positive and --timeout not negative")
     client = client or SlurmClient()
-    registry = registry or Registry()
+    registry = registry or Registry(host=client.runner.transport.label)
     deadline = None if timeout is None else clock() + timeout
     ended_without_code: dict[str, float] = {}  # job id -> when first seen so
 
@@ -91,7 +91,7 @@ def wait(
         return row.state != "COMPLETED" and now - first >= EXIT_CODE_GRACE
 
     while True:
-        rows = status(jobs, client=client, registry=registry, cache=cache or StatusCache())
+        rows = status(jobs, client=client, registry=registry, cache=cache or cache_for(client))
         now = clock()
         if all([settled(r, now) for r in rows]):
             return WaitResult(rows, timed_out=False)

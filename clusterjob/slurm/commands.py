@@ -21,7 +21,7 @@ from clusterjob.slurm.parse import (
     StartEstimate,
     SubmittedJobId,
 )
-from clusterjob.slurm.runner import Runner, run_interactive
+from clusterjob.slurm.runner import Runner
 
 COMMENT_PREFIX = "clusterjob:"  # render writes `#SBATCH --comment=clusterjob:<token>`
 SBATCH_TIMEOUT = 30.0  # one sbatch attempt: three MessageTimeouts of a busy controller
@@ -50,14 +50,32 @@ class SlurmClient:
 
     # --- submission -----------------------------------------------------------------------
 
-    def sbatch_test_only(self, script_path: str | Path, *, workdir: str | Path) -> StartEstimate:
+    @property
+    def remote(self) -> bool:
+        """Whether Slurm runs on another machine (over ssh): scripts then go by stdin."""
+        return self.runner.transport.remote
+
+    def _script_argv(
+        self, cmd: list[str], script_path: str | Path, script: str | None
+    ) -> tuple[list[str], str | None]:
+        """(argv, stdin): a remote sbatch reads the script from stdin (the file is here)."""
+        if self.remote and script is not None:
+            return cmd, script
+        return [*cmd, str(script_path)], None
+
+    def sbatch_test_only(
+        self, script_path: str | Path, *, workdir: str | Path, script: str | None = None
+    ) -> StartEstimate:
         """``sbatch --test-only``: Slurm validates the job and estimates a start; no job.
 
         A refusal is sbatch's own ``SlurmError``; the jobs layer words it for the site.
         """
-        cmd = ["sbatch", "--test-only", f"--chdir={workdir}", str(script_path)]
+        cmd, stdin = self._script_argv(
+            ["sbatch", "--test-only", f"--chdir={workdir}"], script_path, script
+        )
         result = self.runner.run(
             cmd,
+            input=stdin,
             timeout=SBATCH_TIMEOUT,
             deadline=self.runner.clock() + QUERY_WINDOW,
             retry=True,  # nothing is created, so retrying is always safe
@@ -74,6 +92,7 @@ class SlurmClient:
         token: str,
         workdir: str | Path,
         window: float = SUBMIT_WINDOW,
+        script: str | None = None,
     ) -> SubmittedJobId:
         """Submit once, even when sbatch times out.
 
@@ -84,13 +103,15 @@ class SlurmClient:
         nothing is resubmitted. A refusal is sbatch's own ``SlurmError``, raised at once;
         the jobs layer words it for the site.
         """
-        cmd = ["sbatch", "--parsable", f"--chdir={workdir}", str(script_path)]
+        cmd, stdin = self._script_argv(
+            ["sbatch", "--parsable", f"--chdir={workdir}"], script_path, script
+        )
         deadline = self.runner.clock() + window
         attempt = 0
         while True:
             try:
                 result = self.runner.run(
-                    cmd, timeout=SBATCH_TIMEOUT, deadline=deadline, retry=False
+                    cmd, timeout=SBATCH_TIMEOUT, deadline=deadline, retry=False, input=stdin
                 )
             except SlurmTransientError as exc:
                 last = exc
@@ -226,9 +247,10 @@ class SlurmClient:
         return parse.parse_scancel_unknown(result.stderr)
 
     def srun_pty(self, options: Sequence[str], command: Sequence[str], env: dict[str, str]) -> int:
-        """``srun --pty OPTIONS COMMAND`` on this terminal (an interactive session); its exit
-        status. Not through the runner's timeouts: a person decides when it ends."""
-        return run_interactive(["srun", "--pty", *options, *command], env)
+        """``srun --pty OPTIONS COMMAND`` on this terminal (an interactive session), ``env``
+        added to the environment; its exit status. Not through the runner's timeouts: a
+        person decides when it ends. On a remote cluster: ``ssh -t`` to the login node."""
+        return self.runner.transport.interactive(["srun", "--pty", *options, *command], env)
 
     def cluster_name(self) -> str:
         """This cluster's ``ClusterName`` (site discovery matches it against site configs)."""

@@ -7,6 +7,11 @@ as the typed errors of ``clusterjob.errors``, carrying the command, exit code an
 
 Tests inject a fake ``exec`` function (``Runner(exec=...)``) instead of patching subprocess.
 
+Where the commands run is the runner's ``Transport``: this machine (``LocalTransport``, the
+default) or a cluster's login node over ssh (``SshTransport``, one shared connection; see
+``clusterjob.slurm.ssh``). The transport also reads and writes the few files a remote job
+needs (its log, a function job's pickles), through the same connection.
+
 ``CLUSTERJOB_SLURM_DEADLINE`` (seconds) caps everything one ``Runner`` does, attempts, retries
 and pauses together, measured from its first command. Each clusterjob operation (a submission
 with its look-ups, a status query, a cancel) uses one runner, so with the controller down it
@@ -25,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
+from clusterjob.slurm.ssh import SSH_LOST, SshTarget, ssh_argv, ssh_failure
 
 # stderr fragments (as printed by Slurm 22.05 clients) that mean "the controller did not
 # answer this time", not "your request is wrong". See tests/fixtures/slurm/*_err_*.
@@ -36,6 +42,7 @@ TRANSIENT_MARKERS = (
     "Zero Bytes were transmitted or received",
     "Slurm backup controller in standby mode",
     "Communication connection failure",
+    SSH_LOST,  # the ssh connection to a remote login node could not be made or was lost
 )
 
 # stderr fragments that mean "no Slurm config here": retrying cannot help.
@@ -78,10 +85,13 @@ class SlurmResult:
 Exec = Callable[[Sequence[str], float, "str | None"], SlurmResult]
 
 
-def subprocess_exec(cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
-    """Run ``cmd`` for real. Slurm clients print in the C locale; keep them that way."""
+def subprocess_exec(
+    cmd: Sequence[str], timeout: float, input: str | None, *, local_conf: bool = True
+) -> SlurmResult:
+    """Run ``cmd`` for real. Slurm clients print in the C locale; keep them that way.
+    ``local_conf``: the command is a Slurm client of this machine (not ssh to another)."""
     conf = os.environ.get("SLURM_CONF")
-    if conf and not os.path.isfile(conf):
+    if local_conf and conf and not os.path.isfile(conf):
         # the clients would retry reading it for 60 s before saying so; say it now
         message = f"{cmd[0]}: SLURM_CONF={conf} does not exist: {NO_CONFIG_MARKERS[1]}"
         return SlurmResult(tuple(cmd), 1, "", message)
@@ -126,6 +136,111 @@ def is_transient(stderr: str) -> bool:
     return any(marker.casefold() in stderr.casefold() for marker in TRANSIENT_MARKERS)
 
 
+class LocalTransport:
+    """Slurm's commands and files on this machine (a login node)."""
+
+    remote = False
+    label = ""  # the registry's host for jobs submitted here
+
+    def exec(self, cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
+        return subprocess_exec(cmd, timeout, input)
+
+    def interactive(self, cmd: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+        """``cmd`` on this terminal, with ``env`` added to this process's environment."""
+        return run_interactive(list(cmd), {**os.environ, **(env or {})})
+
+    def read_bytes(self, path: str, offset: int = 0) -> bytes | None:
+        """The file's bytes from ``offset``; None when it does not exist (yet)."""
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a private file (its directory made, owner only)."""
+        directory = os.path.dirname(path)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+
+
+# Remote file access in plain POSIX sh: no clusterjob needed on the login node.
+_READ = 'test -f "$1" || exit 3; exec tail -c +"$2" -- "$1"'
+_WRITE = 'umask 077; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+FILE_TIMEOUT = 120.0
+
+
+class SshTransport(LocalTransport):
+    """Slurm's commands and files on a login node, over one shared OpenSSH connection."""
+
+    remote = True
+
+    def __init__(self, target: SshTarget) -> None:
+        self.target = target
+        self.label = target.label
+
+    def exec(self, cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
+        argv = ssh_argv(self.target, cmd)
+        result = subprocess_exec(argv, timeout, input, local_conf=False)
+        lost = ssh_failure(self.target, result.returncode, result.stderr)
+        if lost is not None:
+            return SlurmResult(tuple(cmd), result.returncode, result.stdout, lost)
+        return SlurmResult(tuple(cmd), result.returncode, result.stdout, result.stderr)
+
+    def interactive(self, cmd: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+        """``cmd`` on the login node with a terminal (``ssh -t``); ``env``: only the variables
+        the session adds (the remote login environment is the base)."""
+        argv = ssh_argv(self.target, cmd, tty=True, env=env)
+        return run_interactive(argv)
+
+    def _bytes(self, script: str, path: str, arg: str, data: bytes | None) -> bytes | None:
+        words = ("sh", "-c", script, "sh", path, arg)
+        argv = ssh_argv(self.target, words)
+        timeout = FILE_TIMEOUT
+        try:
+            proc = subprocess.run(
+                argv,
+                input=data,
+                stdin=None if data is not None else subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmTransientError(
+                list(words), None, f"{SSH_LOST} ({self.label}): no answer in {timeout:.0f}s"
+            ) from None
+        except FileNotFoundError:
+            raise SlurmUnavailable(["ssh"], None, "ssh: command not found") from None
+        stderr = proc.stderr.decode("utf-8", "replace")
+        lost = ssh_failure(self.target, proc.returncode, stderr)
+        if lost is not None:
+            raise SlurmTransientError(list(words), proc.returncode, lost)
+        if proc.returncode == 3 and script == _READ:
+            return None
+        if proc.returncode != 0:
+            first = stderr.strip().splitlines()[0] if stderr.strip() else "no error output"
+            raise UsageError(f"{self.label}:{path}: {first}")
+        return proc.stdout
+
+    def read_bytes(self, path: str, offset: int = 0) -> bytes | None:
+        return self._bytes(_READ, path, str(offset + 1), None)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self._bytes(_WRITE, path, "", data)
+
+
+Transport = LocalTransport  # the interface: LocalTransport's methods
+
+
 class Runner:
     """Runs Slurm commands with timeouts, classification and bounded retries."""
 
@@ -133,6 +248,7 @@ class Runner:
         self,
         exec: Exec | None = None,
         *,
+        transport: LocalTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         base_delay: float = 0.5,
@@ -140,7 +256,8 @@ class Runner:
         rng: random.Random | None = None,
         budget: float | None = None,
     ) -> None:
-        self._exec = exec or subprocess_exec
+        self.transport = transport or LocalTransport()
+        self._exec = exec or self.transport.exec
         self._sleep = sleep
         self._clock = clock
         self._base_delay = base_delay

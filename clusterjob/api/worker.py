@@ -1,0 +1,120 @@
+"""Runs a pickled Python function as a Slurm job (or one task of an array job).
+
+This file is copied into the job's directory and started there by the job's own Python:
+``python -u JOBDIR/clusterjob_worker.py JOBDIR``. It needs only the standard library and
+``cloudpickle`` (not clusterjob), so any interpreter with the function's own packages runs it.
+
+JOBDIR holds ``input.pkl``: ``(fn, [(args, kwargs), ...])``, one entry per array task (the
+task is ``$SLURM_ARRAY_TASK_ID``, else 0). Task ``i`` leaves ``result-i.pkl``:
+``("ok", value)`` or ``("error", exception or None, traceback text, exception repr)``,
+written whole (a temporary file renamed). It exits 0 when the function returned, 1 when it
+raised, so Slurm's state says which.
+
+Checkpointing (as submitit's ``checkpoint()``): when the callable has a ``checkpoint`` method,
+the job is submitted with ``--signal=B:USR1@N --requeue``. On SIGUSR1 the worker calls
+``fn.checkpoint(*args, **kwargs)``; a ``(fn, args, kwargs)`` tuple it returns is saved as
+``checkpoint-i.pkl``, the job is requeued (``scontrol requeue``) and the next attempt calls
+that instead of the original; ``None`` lets the job run on to its time limit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import traceback
+from typing import Any
+
+PROTOCOL = 1  # what input.pkl and result-i.pkl hold; the submitter checks it
+
+
+def _task() -> int:
+    text = os.environ.get("SLURM_ARRAY_TASK_ID", "")
+    return int(text) if text.isdigit() else 0
+
+
+def _dump(path: str, obj: object, pickler: Any) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        pickler.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def _error_record(exc: BaseException, pickler: Any) -> tuple[object, ...]:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        pickler.dumps(exc)
+        kept: BaseException | None = exc
+    except Exception:  # an exception that cannot travel: its text still does
+        kept = None
+    return ("error", kept, text, repr(exc))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: clusterjob_worker.py JOBDIR", file=sys.stderr)
+        return 2
+    jobdir = argv[1]
+    task = _task()
+    result_path = os.path.join(jobdir, f"result-{task}.pkl")
+    try:
+        import cloudpickle
+    except ImportError:
+        message = (
+            f"clusterjob worker: cloudpickle is not installed for {sys.executable} (the job's "
+            "Python): pip install cloudpickle there"
+        )
+        print(message, file=sys.stderr)
+        with open(os.path.join(jobdir, f"error-{task}.txt"), "w") as f:
+            f.write(message + "\n")
+        return 2
+    sys.path.insert(0, os.getcwd())  # the project's own modules, as `python script.py` would
+    checkpoint_path = os.path.join(jobdir, f"checkpoint-{task}.pkl")
+    try:
+        if os.path.exists(checkpoint_path):
+            with open(checkpoint_path, "rb") as saved:
+                fn, args, kwargs = cloudpickle.load(saved)
+            print(f"clusterjob worker: task {task} resumes from its checkpoint", flush=True)
+        else:
+            with open(os.path.join(jobdir, "input.pkl"), "rb") as given:
+                version, fn, calls = cloudpickle.load(given)
+            if version != PROTOCOL:
+                raise RuntimeError(f"input.pkl protocol {version}, this worker reads {PROTOCOL}")
+            args, kwargs = calls[task]
+    except BaseException as exc:  # the input cannot be read here: a missing module, ...
+        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle)
+        traceback.print_exc()
+        return 1
+    if callable(getattr(fn, "checkpoint", None)):
+
+        def on_signal(signum: int, frame: object) -> None:
+            print(f"clusterjob worker: signal {signum}: checkpointing", flush=True)
+            again = fn.checkpoint(*args, **kwargs)
+            if again is None:
+                return
+            _dump(checkpoint_path, tuple(again), cloudpickle)
+            job = os.environ.get("SLURM_ARRAY_JOB_ID")
+            job = f"{job}_{task}" if job else os.environ.get("SLURM_JOB_ID", "")
+            subprocess.run(["scontrol", "requeue", job], check=False)
+            print(f"clusterjob worker: job {job} requeued", flush=True)
+            os._exit(0)
+
+        signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as exc:
+        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle)
+        traceback.print_exc()
+        return 1
+    try:
+        _dump(result_path, ("ok", value), cloudpickle)
+    except Exception as exc:  # the value cannot be pickled: say so as the job's error
+        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle)
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
