@@ -119,7 +119,7 @@ def sbatch_hint(message: str, site: Site | None) -> str:
             "this partition takes only jobs that ask for GPUs: pass --gpus N (with --model), "
             f"or submit to a CPU partition{extra}"
         )
-    if "invalid generic resource" in m:
+    if parse.is_invalid_gres(message):
         if site:
             return (
                 f"the GPU request does not match a GRES type{where}; types here: "

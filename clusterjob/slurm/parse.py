@@ -115,6 +115,13 @@ def parse_time(text: str) -> datetime | None:
         return None
 
 
+def _stderr_path(stderr: str, stdout: str) -> str | None:
+    """Where a job's stderr goes. Without ``--error`` it goes to the stdout file: 22.05 says
+    so by repeating that path, squeue 24.11 and 26.05 print ``(null)`` and scontrol 26.05
+    ``StdErr=`` (empty); the stdout path is then the answer."""
+    return _null(stderr) or _null(stdout)
+
+
 def _null(value: str) -> str | None:
     value = value.strip()
     return None if value in ("", "(null)", "N/A") else value
@@ -237,6 +244,18 @@ def _submission_failed(message: str) -> bool:
     return message.casefold().startswith(_SUBMISSION_FAILED.casefold())
 
 
+# sbatch's words for a GRES request it cannot read: 22.05 says the first; 24.11 and 26.05
+# say the second for a malformed GPU request (`gpu:a100:two`), still the first for a GRES
+# name the cluster does not have.
+_INVALID_GRES = ("invalid generic resource", "invalid trackable resource")
+
+
+def is_invalid_gres(message: str) -> bool:
+    """Whether an sbatch error says the GRES/TRES request is malformed or unknown."""
+    m = message.casefold()
+    return any(words in m for words in _INVALID_GRES)
+
+
 def sbatch_error_message(stderr: str) -> str:
     """sbatch's error lines as one line (``sbatch_error_messages`` joined by ``; ``), with
     Slurm's ``Batch job submission failed:`` prefix dropped: ``Unspecified error`` alone says
@@ -317,7 +336,7 @@ def parse_squeue(stdout: str) -> list[QueuedJob]:
                 user=v["user"],
                 work_dir=_null(v["work_dir"]),
                 stdout=_null(v["stdout"]),
-                stderr=_null(v["stderr"]),
+                stderr=_stderr_path(v["stderr"], v["stdout"]),
                 comment=_null(v["comment"]),
                 name=v["name"],
             )
@@ -503,7 +522,7 @@ def parse_scontrol_jobs(stdout: str) -> list[ControlJob]:
                 run_time=r.get("RunTime", ""),
                 work_dir=_null(r.get("WorkDir", "")),
                 stdout=_null(r.get("StdOut", "")),
-                stderr=_null(r.get("StdErr", "")),
+                stderr=_stderr_path(r.get("StdErr", ""), r.get("StdOut", "")),
                 comment=_null(r.get("Comment", "")),
                 tres_per_node=_null(r.get("TresPerNode", "")),
                 tres_per_job=_null(r.get("TresPerJob", "")),
