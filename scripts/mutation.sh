@@ -5,6 +5,7 @@
 #   scripts/mutation.sh                      # every target below, in turn
 #   scripts/mutation.sh slurm-syntax shell   # only these targets
 #   JOBS=4 scripts/mutation.sh slurm-parse   # more parallel test runs (default 2)
+#   COMMIT=HEAD scripts/mutation.sh request  # the files of a commit, not the working tree
 #
 # The site-loader target keeps only the in-process count test of test_bad_input.py: with the
 # whole file (its cases run `python -m clusterjob` in other directories) mutmut's first,
@@ -36,7 +37,7 @@ TARGETS=(
   "slurm-parse|clusterjob/slurm/parse.py|tests/test_slurm_parse.py tests/test_slurm_real.py tests/test_site_drift.py tests/test_slurm_commands.py tests/test_jobs.py tests/test_avail.py tests/test_core_regressions.py"
   "registry|clusterjob/jobs/registry.py|tests/test_registry.py tests/test_security_registry.py tests/test_core_regressions.py"
   "workstation-queue|clusterjob/workstation/queue.py clusterjob/workstation/claims.py|tests/test_workstation_claims.py tests/test_workstation_selection.py tests/test_security_workstation.py tests/test_core_regressions.py"
-  "request|clusterjob/jobscript/request.py|tests/test_request.py tests/test_render.py"
+  "request|clusterjob/jobscript/request.py|tests/test_request.py tests/test_request_exact.py tests/test_render.py"
   "site-loader|clusterjob/site/loader.py clusterjob/site/yamlcheck.py|tests/test_site_config.py tests/test_site_gpu_syntax.py tests/test_bad_input.py::test_count_of_bad_inputs_tried"
   "node-checks|clusterjob/node/checks/identity.py clusterjob/node/checks/allocation.py clusterjob/node/checks/ordering.py clusterjob/node/checks/health.py|tests/test_checks.py tests/test_checks_allocation.py tests/test_core_regressions.py"
   "jobs-avail|clusterjob/jobs/avail.py|tests/test_avail.py tests/test_slurm_real.py tests/test_core_regressions.py"
@@ -81,9 +82,17 @@ for entry in "${selected[@]}"; do
   scratch=$(mktemp -d "${TMPDIR:-/tmp}/clusterjob-mutation-$name.XXXXXX")
   trap 'rm -rf "$scratch"' EXIT
   chmod 755 "$scratch"  # some tests run code as a second Unix user
-  # The working tree as it is (tracked and new files), without build output or mutants.
-  (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
-    xargs -0 cp --parents -t "$scratch" 2>/dev/null || true)
+  if [ -n "${COMMIT:-}" ]; then
+    # COMMIT=HEAD (or any commit): that commit's files, not the working tree's
+    (cd "$ROOT" && git archive "$COMMIT") | tar -x -C "$scratch"
+  else
+    # The working tree as it is (tracked and new files), without build output or mutants.
+    (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
+      xargs -0 cp --parents -t "$scratch" 2>/dev/null || true)
+  fi
+  # mutmut 3 leaves decorated functions alone, and every node check is a `@check(...)`
+  # function: in the scratch copy only, each registration becomes a call after its function.
+  (cd "$scratch" && "$PY" scripts/mutation_undecorate.py $modules)
   only=$(printf '"%s", ' $modules)
   sel=$(printf '"%s", ' $tests)
   cat >>"$scratch/pyproject.toml" <<EOF
