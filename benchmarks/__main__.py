@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks import cli, prolog, site_config, slurm_load, submission
-from benchmarks.common import Result, Row, machine_line
+from benchmarks.common import Result, Row, as_installed, machine_line
 
 BENCHMARKS = {
     "prolog": prolog.run,
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = _merge(out.with_suffix(".json"), [])
         out.write_text(to_markdown(kept, data["machine"], data["quick"]))
         return 0
+    as_installed()
     machine = machine_line()
     machine["generated"] = time.strftime("%Y-%m-%d %H:%M %Z")
     with tempfile.TemporaryDirectory(prefix="clusterjob-bench-") as tmp:

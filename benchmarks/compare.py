@@ -21,7 +21,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import PYTHON, REFERENCE, REFERENCE_NAME, interleaved, median
+from benchmarks.cli import SUBMITIT, SUBMITIT_CODE, TYPER, submitit_python
+from benchmarks.common import PYTHON, REFERENCE, REFERENCE_NAME, as_installed, interleaved, median
+from benchmarks.prolog import NVML_CODE
+from benchmarks.prolog import NVML_NAME as NVML
 from benchmarks.sitegen import write_site
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +38,7 @@ def export(rev: str, dest: Path) -> Path:
         check=True,
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    as_installed(dest / "clusterjob")
     return dest
 
 
@@ -52,8 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         script = work / "train.py"
         script.write_text("")
         commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
-            REFERENCE_NAME: (list(REFERENCE), None)
+            REFERENCE_NAME: (list(REFERENCE), None),
+            TYPER: ([PYTHON, "-c", "import typer"], None),
         }
+        submitit, _how = submitit_python(install=False)
+        if submitit:
+            commands[SUBMITIT] = ([submitit, "-c", SUBMITIT_CODE], None)
         for label in args.revisions:
             rev = label
             env = dict(os.environ, PYTHONPATH=str(export(rev, work / label)))
@@ -66,11 +74,21 @@ def main(argv: list[str] | None = None) -> int:
                 env,
             )  # fmt: skip
         times = interleaved(commands, args.repeats)
-    ref = median(times[REFERENCE_NAME])
-    print(f"median of {args.repeats}, load average {os.getloadavg()}")
-    for name, values in times.items():
-        print(f"  {name:<34} {median(values) * 1000:7.0f} ms  {median(values) / ref:5.2f}x")
+    _print(times, args.repeats, {": --help": TYPER, ": submit --dry-run": SUBMITIT})
     return 0
+
+
+def _print(times: dict[str, list[float]], repeats: int, references: dict[str, str]) -> None:
+    """Each median, its ratio to ``python3 -c pass`` and to its own reference (by suffix)."""
+    ref = median(times[REFERENCE_NAME])
+    print(f"median of {repeats}, load average {os.getloadavg()}")
+    for name, values in times.items():
+        value = median(values)
+        line = f"  {name:<70} {value * 1000:7.1f} ms  {value / ref:5.2f}x"
+        for suffix, other in references.items():
+            if suffix in name and other in times:
+                line += f"  {value / median(times[other]):5.2f}x {other}"
+        print(line)
 
 
 def compare_prolog(revisions: list[str], repeats: int) -> int:
@@ -115,11 +133,9 @@ def compare_prolog(revisions: list[str], repeats: int) -> int:
                 site, note = plain, "without nvlinks/checks keys (refused by this revision)"
                 run_timed([*base, "--site", str(site)], env)
             commands[f"{label}: prolog ({note})"] = ([*base, "--site", str(site)], env)
+            commands.setdefault(NVML, ([PYTHON, "-c", NVML_CODE], env))
         times = interleaved(commands, repeats)
-    ref = median(times[REFERENCE_NAME])
-    print(f"median of {repeats}, load average {os.getloadavg()}")
-    for name, values in times.items():
-        print(f"  {name:<70} {median(values) * 1000:7.1f} ms  {median(values) / ref:5.2f}x")
+    _print(times, repeats, {": prolog": NVML})
     return 0
 
 
