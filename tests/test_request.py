@@ -18,10 +18,10 @@ from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.gpu_syntax import syntax_named
 from clusterjob.site.model import (
     GpuModel,
+    JobDefaults,
     NodeGpu,
     NodeMap,
     Partition,
-    PartitionDefaults,
     Site,
 )
 
@@ -64,7 +64,7 @@ def make_site(
                 "gpu-a[01-12],gpu-v[01-04]",
                 default=True,
                 time_limit="2-00:00:00",
-                defaults=PartitionDefaults(
+                defaults=JobDefaults(
                     account="ml", qos="normal", cpus_per_gpu=8, mem_per_gpu="64G"
                 ),
             ),
@@ -154,9 +154,10 @@ GPUS_SITE = make_site("gpus")
             ("--gpus-per-node=a100:2", "--constraint=a100_80g&ib"),
             None,
         ),
-        # gpus: the total over the job
+        # gpus: the total over the job; over several nodes, per node (multi_node: per-node,
+        # the default: Slurm may split a --gpus total unevenly)
         (GPUS_SITE, dict(model="A100", gpus=4), ("--gpus=a100:4",), None),
-        (GPUS_SITE, dict(model="A100", gpus=4, nodes=3), ("--gpus=a100:12",), None),
+        (GPUS_SITE, dict(model="A100", gpus=4, nodes=3), ("--gpus-per-node=a100:4",), None),
     ],
 )
 def test_gpu_options_in_the_sites_syntax(
@@ -234,7 +235,7 @@ def test_gpu_options_in_the_sites_syntax(
         (GRES_SITE, dict(model="A100", nodes=0), "--nodes must be at least 1"),
         (
             GRES_SITE,
-            dict(model="A100", time="3-00:00:00"),
+            dict(model="A100", time="3-00:00:00", partition="gpu"),
             "--time 3-00:00:00 is longer than partition gpu's limit 2-00:00:00 at site mllab",
         ),
         (GRES_SITE, dict(model="A100", time="soon"), "--time: not a Slurm time: 'soon'"),
@@ -251,8 +252,8 @@ def test_gpu_options_in_the_sites_syntax(
         (GRES_SITE, dict(model="A100", token="a b"), "bad submission token"),
         (
             CONSTRAINT_SITE,
-            dict(model="A100", constraint="ib|eth"),
-            "cannot combine --constraint 'ib|eth' with the 'a100' node feature",
+            dict(model="A100", constraint="[ib|eth]"),
+            "cannot combine --constraint '[ib|eth]' with the 'a100' node feature",
         ),
     ],
 )

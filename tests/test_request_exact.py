@@ -355,11 +355,18 @@ def test_cpu_only_refusals(site, kw: dict, message: str) -> None:
 # -- constraints and the site's GPU options ---------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["ib|eth", "[ib]", "a]", "ib*2"])
+@pytest.mark.parametrize("bad", ["[ib]", "a]", "ib*2"])
 def test_a_constraint_that_cannot_be_joined_with_and(bad: str) -> None:
     assert refusal(CONSTRAINT_SITE, model="A100", constraint=bad) == (
         f"cannot combine --constraint {bad!r} with the 'a100' node feature this site uses to "
-        "select the GPU model; use only '&' in --constraint here"
+        "select the GPU model; use '&', '|' and parentheses in --constraint here"
+    )
+
+
+def test_an_or_constraint_is_grouped_before_it_is_joined() -> None:
+    """``a100&ib|eth`` would mean ``(a100&ib)|eth``: the user's OR is parenthesised."""
+    assert resolved(CONSTRAINT_SITE, model="A100", constraint="ib|eth").gres.options[-1] == (
+        "--constraint=a100&(ib|eth)"
     )
 
 

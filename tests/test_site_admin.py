@@ -12,6 +12,7 @@ import typer.main
 
 from clusterjob.cli import run, site_app
 from clusterjob.resources import site_configs_dir
+from clusterjob.site import schema
 from clusterjob.site.admin import gres_conf_lines, node_gres_strings, slurm_node_gres_lines
 from clusterjob.site.loader import load_site
 
@@ -34,8 +35,8 @@ def test_validate_prints_every_problem_and_exits_2(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith(bad)] == [
         f"{bad}:5: models.A100.memory_gb: expected an integer >= 1, got -1",
-        f"{bad}:7: partitions.gpu.colour: unknown key; valid keys: checks, default, defaults, "
-        "job, nodes, time_limit",
+        f"{bad}:7: partitions.gpu.colour: unknown key; valid keys: "
+        + ", ".join(sorted(schema.PARTITION.key_table())),
         f"{bad}:7: partitions.gpu.nodes: not in node_map: n[3-4]",
         f"{bad}:10: node_map[0].gpus[0].model: unknown model 'V100'; defined models: A100",
         f"{bad}:11: prolog.on_error: expected one of drain, pass, got 'ignore'",

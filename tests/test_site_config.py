@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from clusterjob.errors import ConfigError
 from clusterjob.resources import site_configs_dir
+from clusterjob.site import schema
 from clusterjob.site.gpu_syntax import syntax_named
 from clusterjob.site.loader import MAX_BYTES, load_site, validate_site_file
 from clusterjob.site.model import NodeGpu, OnError
@@ -21,8 +22,8 @@ BAD = Path(__file__).parent / "bad_configs"
 # file name -> the issues it must produce, as "line: rest" (the file path is prepended).
 EXPECTED: dict[str, list[str]] = {
     "unknown_key.yaml": [
-        "6: models.A100.alias: unknown key (did you mean 'aliases'?); valid keys: aliases, "
-        "constraint, gres_type, max_per_job, memory_gb, nvml_names",
+        "6: models.A100.alias: unknown key (did you mean 'aliases'?); valid keys: "
+        + ", ".join(sorted(schema.MODEL.key_table())),
     ],
     "wrong_type_int.yaml": ["7: models.A100.memory_gb: expected an integer, got 'abc'"],
     "bad_gres_type.yaml": [
@@ -131,8 +132,8 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "many_errors.yaml": [
         "5: models.A100.memory_gb: expected an integer >= 1, got -1",
-        "7: partitions.gpu.colour: unknown key; valid keys: checks, default, defaults, job, "
-        "nodes, time_limit",
+        "7: partitions.gpu.colour: unknown key; valid keys: "
+        + ", ".join(sorted(schema.PARTITION.key_table())),
         "7: partitions.gpu.nodes: not in node_map: n[3-4]",
         "10: node_map[0].gpus[0].model: unknown model 'V100'; defined models: A100",
         "11: prolog.on_error: expected one of drain, pass, got 'ignore'",

@@ -20,11 +20,12 @@ from pathlib import Path
 import hostlist
 
 from clusterjob.errors import ConfigError, ConfigIssue, UsageError
+from clusterjob.jobscript import directives
 from clusterjob.jobscript import interpreter as interpreters
 from clusterjob.jobscript.interpreter import Interpreter, SubmitPython
 from clusterjob.jobscript.program import PYTHON_COMMANDS
 from clusterjob.jobscript.shell import check_directive_value, check_no_nul
-from clusterjob.site.model import GpuModel, Partition, Site
+from clusterjob.site.model import GpuModel, JobDefaults, Partition, Site
 from clusterjob.slurm.syntax import MEMORY_SIZE, array_task_ids, time_seconds
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as clusterjob.slurm finds it in --comment
@@ -85,6 +86,8 @@ class JobRequest:
     container_image: str | None = None  # pyxis: the program's srun step runs in this image
     container_mounts: str | None = None  # pyxis --container-mounts, passed through
     apptainer: str | None = None  # the program runs under `apptainer exec --nv IMAGE`
+    gres: tuple[str, ...] = ()  # --gres: extra GRES (nvme:10), merged into the one --gres
+    project: str | None = None  # --project: fills {project} in the site's account pattern
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,12 @@ class ResolvedJob:
     launcher: str = "none"  # what starts the program: torchrun | srun | none (LAUNCHERS)
     env: tuple[tuple[str, str], ...] = ()  # --env as (KEY, VALUE)
     argv: tuple[str, ...] = ()  # the program's words (after "$python" when runs_python)
+    partition_option: bool = True  # write --partition (False: the site routes, or by QoS)
+    sbatch_args: tuple[str, ...] = ()  # extra #SBATCH options: the site's, then the user's
+    sbatch_tasks_per_node: int | None = None  # #SBATCH --ntasks-per-node (None: tasks_per_node)
+    cpus_per_task: int | None = None  # written instead of --cpus-per-gpu (cpus-per-task form)
+    mem: str | None = None  # --mem per node, written instead of --mem-per-gpu (mem form)
+    preflight: str = "required"  # required | warn | off
 
 
 # --- node map queries -------------------------------------------------------------------
@@ -317,6 +326,9 @@ def _choose_partition(
                 f"(it has: {here}){hint}"
             )
         candidates = [partition]
+        problem = _policy_problem(partition, request)
+        if problem is not None:
+            raise UsageError(f"{problem} at site {site.name}")
     else:
         candidates = [
             p for p in site.partitions if _nodes_with_model(site, model.name, p.node_names)
@@ -327,6 +339,11 @@ def _choose_partition(
                 "(check the site's partitions and node_map)"
             )
         candidates.sort(key=lambda p: not p.default)  # stable: default first, then file order
+        fitting = [p for p in candidates if _policy_problem(p, request) is None]
+        if not fitting:
+            said = "; ".join(str(_policy_problem(p, request)) for p in candidates)
+            raise UsageError(f"no partition at site {site.name} takes this job: {said}")
+        candidates = fitting
     for partition in candidates:
         eligible = _fits(site, partition, model.name, request)
         if eligible:
@@ -383,15 +400,49 @@ def _impossible(
     return f"{head}: {reason}; possible: " + "; ".join(possible)
 
 
+def _policy_problem(partition: Partition, request: JobRequest) -> str | None:
+    """Why a partition's limits (GPUs per job, exact GPUs per node, nodes, time) refuse the
+    request, with what would fit; None when they take it."""
+    shape = directives.Shape(request.gpus, request.nodes)
+    problem = directives.limit_problem(partition, shape)
+    if problem is None and request.time is not None:
+        try:
+            seconds = time_seconds(request.time)
+        except ValueError as exc:
+            raise UsageError(f"--time: {exc}") from None
+        problem = directives.time_problem(partition, seconds, request.time)
+    return problem
+
+
+def _grouped(expression: str) -> str:
+    """A feature expression that can be joined with ``&`` without changing its meaning:
+    ``a|b`` becomes ``(a|b)`` (``a|b&ib`` would read as ``a|(b&ib)``)."""
+    if "|" not in expression:
+        return expression
+    if expression[0] in "([" and _closes_at_end(expression):
+        return expression
+    return f"({expression})"
+
+
+def _closes_at_end(expression: str) -> bool:
+    depth = 0
+    for i, c in enumerate(expression):
+        depth += c in "(["
+        depth -= c in ")]"
+        if depth == 0 and i < len(expression) - 1:
+            return False
+    return True
+
+
 def _combine_constraints(feature: str, user: str | None) -> str:
     if not user:
         return feature
-    if any(c in user for c in "|[]*"):
+    if any(c in user for c in "[]*"):
         raise UsageError(
             f"cannot combine --constraint {user!r} with the {feature!r} node feature this site "
-            "uses to select the GPU model; use only '&' in --constraint here"
+            "uses to select the GPU model; use '&', '|' and parentheses in --constraint here"
         )
-    return f"{feature}&{user}"
+    return f"{_grouped(feature)}&{_grouped(user)}"
 
 
 def _model_config_error(site: Site, model: GpuModel, key: str, message: str) -> ConfigError:
@@ -675,6 +726,10 @@ def resolve(
     """
     _check_text_fields(request)
     request, notes = _array_and_signal(request)
+    if request.partition is None and request.qos is not None:
+        queue = site.partition(request.qos)  # where the QoS is the queue, --qos picks it
+        if queue is not None and queue.submit_as == "qos":
+            request = replace(request, partition=queue.name)
     model: GpuModel | None = None
     if request.gpus == 0:
         partition, eligible = _cpu_partition(site, request)
@@ -682,15 +737,20 @@ def resolve(
         model = _find_model(site, request)
         _within_model_cap(model, request)
         partition, eligible = _choose_partition(site, model, request)
-    if request.time is not None:
+    defaults = directives.effective_defaults(
+        site.defaults, partition.defaults, model.defaults if model else JobDefaults()
+    )
+    time = request.time if request.time is not None else defaults.time
+    seconds: int | None = None
+    if time is not None:
         try:
-            wanted = time_seconds(request.time)
+            seconds = time_seconds(time)
         except ValueError as exc:
             raise UsageError(f"--time: {exc}") from None
         limit = time_seconds(partition.time_limit) if partition.time_limit else None
-        if limit is not None and (wanted is None or wanted > limit):
+        if limit is not None and (seconds is None or seconds > limit):
             raise UsageError(
-                f"--time {request.time} is longer than partition {partition.name}'s limit "
+                f"--time {time} is longer than partition {partition.name}'s limit "
                 f"{partition.time_limit} at site {site.name}"
             )
     if model is None:
@@ -699,6 +759,33 @@ def resolve(
         gres, constraint = gres_request(
             site, model, request.gpus, request.nodes, request.constraint
         )
+        if site.gpu_syntax.name == "gpus" and request.nodes > 1:
+            if site.form.multi_node == "per-node":
+                per_node = f"--gpus-per-node={gres.gres_type + ':' if gres.gres_type else ''}"
+                gres = replace(
+                    gres,
+                    options=tuple(
+                        f"{per_node}{request.gpus}" if o.startswith("--gpus=") else o
+                        for o in gres.options
+                    ),
+                )
+            else:
+                notes += (
+                    f"--gpus={request.gpus * request.nodes} is a total over {request.nodes} "
+                    "nodes: Slurm may split it unevenly (the preflight checks each node's share)",
+                )
+    extra_gres, user_args = directives.split_sbatch_args(request.sbatch_args, model is not None)
+    extra = directives.merge_gres(
+        defaults.gres, directives.check_gres(request.gres, "--gres"), extra_gres
+    )
+    gres = replace(gres, options=directives.with_gres(gres.options, extra))
+    sbatch_args = directives.merge_sbatch_lines(defaults.sbatch, user_args)
+    qos = _job_qos(site, partition, request, defaults, seconds)
+    if request.account is not None and request.project is not None:
+        raise UsageError("--account and --project exclude each other: --account is used as given")
+    account = request.account
+    if account is None:
+        account = directives.account_for(defaults.account, request.project, site.name)
     interpreter = None
     if choose_interpreter:
         interpreter = _interpreter(
@@ -712,9 +799,20 @@ def resolve(
             conda=interpreter.conda,
             python_why=interpreter.why,
         )
-    defaults = partition.defaults
     if model is None:  # per-GPU defaults mean nothing without GPUs (Slurm refuses them)
         defaults = replace(defaults, cpus_per_gpu=None, mem_per_gpu=None)
+    cpus_per_gpu = (
+        request.cpus_per_gpu if request.cpus_per_gpu is not None else defaults.cpus_per_gpu
+    )
+    mem_per_gpu = request.mem_per_gpu if request.mem_per_gpu is not None else defaults.mem_per_gpu
+    sbatch_tasks, cpus_per_task = None, None
+    if model is not None and site.form.cpus == "cpus-per-task":
+        sbatch_tasks = request.tasks_per_node if request.tasks_per_node > 1 else request.gpus
+        if cpus_per_gpu is not None:
+            cpus_per_task = max(1, cpus_per_gpu * request.gpus // sbatch_tasks)
+    mem = None
+    if model is not None and site.form.memory == "mem" and mem_per_gpu is not None:
+        mem = _times(mem_per_gpu, request.gpus)
     runs_python, argv = program_argv(request)
     launcher = choose_launcher(request)
     job_name = request.job_name or Path(request.script).stem or "clusterjob"
@@ -728,15 +826,11 @@ def resolve(
         gpus_per_node=request.gpus,
         tasks_per_node=request.tasks_per_node,
         job_name=check_directive_value(job_name, "the job name"),
-        account=request.account if request.account is not None else defaults.account,
-        qos=request.qos if request.qos is not None else defaults.qos,
-        cpus_per_gpu=(
-            request.cpus_per_gpu if request.cpus_per_gpu is not None else defaults.cpus_per_gpu
-        ),
-        mem_per_gpu=request.mem_per_gpu
-        if request.mem_per_gpu is not None
-        else defaults.mem_per_gpu,
-        time=request.time,
+        account=account,
+        qos=qos,
+        cpus_per_gpu=cpus_per_gpu,
+        mem_per_gpu=mem_per_gpu,
+        time=time,
         constraint=constraint,
         eligible_nodes=tuple(eligible),
         token=request.token,
@@ -746,4 +840,40 @@ def resolve(
         argv=argv,
         launcher=launcher,
         env=check_setup(request),
+        partition_option=partition.submit_as == "partition",
+        sbatch_args=sbatch_args,
+        sbatch_tasks_per_node=sbatch_tasks,
+        cpus_per_task=cpus_per_task,
+        mem=mem,
+        preflight=partition.preflight or site.preflight,
     )
+
+
+def _job_qos(
+    site: Site,
+    partition: Partition,
+    request: JobRequest,
+    defaults: JobDefaults,
+    seconds: int | None,
+) -> str | None:
+    """The user's --qos; the partition's name where the QoS is the queue; the QoS the job's
+    time picks (qos_by_time); the default QoS."""
+    if partition.submit_as == "qos":
+        if request.qos is not None and request.qos != partition.name:
+            raise UsageError(
+                f"at site {site.name} the QoS is the queue: --qos {request.qos} and partition "
+                f"{partition.name} contradict each other (give one)"
+            )
+        return partition.name
+    if request.qos is not None:
+        return request.qos
+    if defaults.qos_by_time:
+        return directives.qos_for_time(defaults.qos_by_time, seconds)
+    return defaults.qos
+
+
+def _times(size: str, count: int) -> str:
+    """A Slurm memory size times ``count``: ``60G`` x 4 -> ``240G``."""
+    unit = size[-1] if size[-1].isalpha() else ""
+    number = int(size[:-1] if unit else size)
+    return f"{number * count}{unit}"

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from clusterjob.errors import UsageError
+from clusterjob.errors import PreflightFailed, UsageError
 from clusterjob.gpu.inventory import GpuInventory, read_inventory
 from clusterjob.node.allocation import Context, allocation_from_env
 from clusterjob.node.checks import Facts, PreflightReport, run_checks
@@ -53,6 +53,13 @@ def run_preflight(
             known = ", ".join(sorted(view.models)) or "none"
             raise UsageError(f"unknown GPU model {expect_model!r} (site models: {known})")
         expect_model = canonical
+        if not view.models[canonical]:
+            raise PreflightFailed(
+                f"cannot check {canonical} GPUs: clusterjob reads GPUs through NVML (NVIDIA), "
+                f"and the site gives {canonical} no NVML name (an AMD GPU); this job's site or "
+                "partition has preflight: required; set preflight: warn (or off) there to run "
+                "such jobs unchecked"
+            )
     if expect_count is not None and expect_count < 0:
         raise UsageError(f"expected GPU count must be >= 0, got {expect_count}")
     inventory = read(view.prolog.deadline_seconds)

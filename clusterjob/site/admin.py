@@ -125,11 +125,34 @@ def gres_conf_lines(site: Site, device_prefix: str = "/dev/nvidia") -> list[str]
             if run is None:
                 continue  # inside a run written at its first slot
             _, first, last = run
-            files = (
-                f"{device_prefix}{first}" if first == last else f"{device_prefix}[{first}-{last}]"
-            )
+            if _vendor(site, nodes[0], slot) == "amd":
+                if not any(line.startswith(f"# {names}: AMD") for line in lines):
+                    lines.append(
+                        f"# {names}: AMD GPUs are render nodes "
+                        f"{AMD_RENDER_PREFIX}<{AMD_RENDER_BASE}+slot> in PCI bus order "
+                        "(or AutoDetect=rsmi)"
+                    )
+                prefix, first, last = (
+                    AMD_RENDER_PREFIX,
+                    first + AMD_RENDER_BASE,
+                    last + AMD_RENDER_BASE,
+                )
+            else:
+                prefix = device_prefix
+            files = f"{prefix}{first}" if first == last else f"{prefix}[{first}-{last}]"
             lines.append(f"NodeName={names} Name=gpu{typed} File={files}")
     return lines
+
+
+# AMD GPUs (ROCm) are opened through DRM render nodes, numbered from 128 in PCI bus order;
+# Slurm's gres.conf names them as File=/dev/dri/renderD128... (ROCR_VISIBLE_DEVICES in jobs).
+AMD_RENDER_PREFIX = "/dev/dri/renderD"
+AMD_RENDER_BASE = 128
+
+
+def _vendor(site: Site, node: str, slot: int) -> str:
+    gpus = site.node_map.gpus(node) or ()
+    return site.model_by_name(gpus[slot].model).vendor if slot < len(gpus) else "nvidia"
 
 
 def _gres_string(layout: tuple[_Unit, ...]) -> str:

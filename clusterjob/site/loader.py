@@ -20,20 +20,22 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from clusterjob.errors import ConfigError, ConfigIssue
 from clusterjob.pci import normalise_bus_id
-from clusterjob.site import schema
+from clusterjob.site import jobpolicy, schema
 from clusterjob.site.gpu_syntax import GpuRequestSyntax, syntax_named, syntax_names
 from clusterjob.site.model import (
     CHECK_SEVERITIES,
     NODE_CHECK_IDS,
+    VENDORS,
     CheckPolicy,
     GpuModel,
+    JobDefaults,
     JobEnvironment,
     NodeGpu,
     NodeMap,
     OnError,
     Partition,
-    PartitionDefaults,
     PrologPolicy,
+    RequestForm,
     Site,
     mig_profile_size,
     slice_model,
@@ -51,7 +53,7 @@ from clusterjob.site.yamlcheck import (
     read_key,
     read_text,
 )
-from clusterjob.slurm.syntax import GRES_TYPE_NAME, MEMORY_SIZE, is_time
+from clusterjob.slurm.syntax import GRES_TYPE_NAME, is_time
 
 MAX_BYTES = 16 * 1024 * 1024  # a real site is a few hundred KiB; refuse before parsing
 
@@ -63,7 +65,7 @@ _GPU_REQUEST_KEYS = schema.GPU_REQUEST.key_table()
 _MODEL_KEYS = schema.MODEL.key_table()
 _PARTITION_KEYS = schema.PARTITION.key_table()
 _JOB_KEYS = schema.JOB.key_table()
-_DEFAULTS_KEYS = schema.PARTITION_DEFAULTS.key_table()
+_DEFAULTS_KEYS = schema.DEFAULTS.key_table()
 _NODE_ENTRY_KEYS = schema.NODE_ENTRY.key_table()
 _MAX_NVLINKS = schema.GPU_SLOT.key("nvlinks").maximum or 36  # NVML_NVLINK_MAX_LINKS
 _GPU_SLOT_KEYS = schema.GPU_SLOT.key_table()
@@ -126,6 +128,26 @@ def _read_models(v: Validator, node: Node) -> tuple[list[GpuModel], dict[str, _M
         nvml = read_key(fields, "nvml_names", v.string_list, path)
         memory = read_key(fields, "memory_gb", lambda n, p: v.integer(n, p, minimum=1), path)
         constraint = read_key(fields, "constraint", v.nullable_string, path)
+        if isinstance(constraint, str) and (problem := jobpolicy.constraint_problem(constraint)):
+            v.error(key_line(fields, "constraint"), join_path(path, "constraint"), problem)
+            constraint = INVALID
+        vendor = jobpolicy.read_choice(v, fields, "vendor", path, VENDORS)
+        model_defaults = jobpolicy.read_defaults(
+            v, fields.get("defaults"), join_path(path, "defaults")
+        )
+        overlap = read_key(fields, "gres_type_overlap", v.boolean, path)
+        if vendor in (None, "nvidia") and "nvml_names" not in fields:
+            v.error(line_of(entry.value), join_path(path, "nvml_names"), "required key missing")
+            nvml = None
+        elif vendor == "amd" and "nvml_names" in fields:
+            v.error(
+                key_line(fields, "nvml_names"),
+                join_path(path, "nvml_names"),
+                "an AMD GPU has no NVML name (NVML reads NVIDIA GPUs only)",
+            )
+            nvml = None
+        if vendor is INVALID or model_defaults is INVALID or overlap is INVALID:
+            continue
         cap = read_key(fields, "max_per_job", lambda n, p: v.integer(n, p, minimum=1), path)
         if nvml is not None and not nvml:
             v.error(key_line(fields, "nvml_names"), join_path(path, "nvml_names"), "empty list")
@@ -138,7 +160,9 @@ def _read_models(v: Validator, node: Node) -> tuple[list[GpuModel], dict[str, _M
             gres_type = INVALID
         if gres_type is INVALID or memory is INVALID or constraint is INVALID or cap is INVALID:
             continue
-        if (aliases is None and "aliases" in fields) or nvml is None:
+        if (aliases is None and "aliases" in fields) or (nvml is None and "nvml_names" in fields):
+            continue
+        if nvml is None and vendor != "amd":
             continue
         lines[name] = _ModelLines(
             name=line_of(entry.key),
@@ -150,9 +174,14 @@ def _read_models(v: Validator, node: Node) -> tuple[list[GpuModel], dict[str, _M
                 name=name,
                 aliases=tuple(a for a, _ in aliases or []),
                 gres_type=gres_type,
-                nvml_names=tuple(n for n, _ in nvml),
+                nvml_names=tuple(n for n, _ in nvml or ()),
                 memory_gb=memory,
                 constraint=constraint,
+                vendor=vendor if isinstance(vendor, str) else "nvidia",
+                defaults=model_defaults
+                if isinstance(model_defaults, JobDefaults)
+                else JobDefaults(),
+                gres_type_overlap=overlap is True,
                 max_per_job=cap,
             )
         )
@@ -220,7 +249,9 @@ def _check_models(
                         f"GRES type {mine!r} is also the type of model {rival.name}: "
                         "Slurm cannot tell these models apart",
                     )
-            elif mine.casefold() in theirs.casefold():
+            elif mine.casefold() in theirs.casefold() and not (
+                m.gres_type_overlap or rival.gres_type_overlap
+            ):
                 v.warn(
                     lines[m.name].of("gres_type"),
                     f"models.{m.name}.gres_type",
@@ -230,16 +261,24 @@ def _check_models(
                 )
 
 
-def _read_gpu_request(v: Validator, entry: Entry | None) -> tuple[GpuRequestSyntax | None, bool]:
-    """The site's request syntax (None when missing or bad) and whether types are required."""
+def _read_gpu_request(
+    v: Validator, entry: Entry | None
+) -> tuple[GpuRequestSyntax | None, bool, RequestForm]:
+    """The site's request syntax (None when missing or bad), whether types are required, and
+    how CPUs, memory and multi-node GPUs are written."""
     if entry is None:
-        return None, False
+        return None, False, RequestForm()
     fields = v.mapping(entry.value, "gpu_request", _GPU_REQUEST_KEYS)
     if fields is None:
-        return None, False
+        return None, False, RequestForm()
     name = read_key(fields, "syntax", lambda n, p: v.choice(n, p, syntax_names()), "gpu_request")
     required = read_key(fields, "type_required", v.boolean, "gpu_request")
-    return (syntax_named(name) if isinstance(name, str) else None), required is True
+    form = jobpolicy.read_form(v, fields)
+    return (
+        syntax_named(name) if isinstance(name, str) else None,
+        required is True,
+        form if isinstance(form, RequestForm) else RequestForm(),
+    )
 
 
 # -- partitions -----------------------------------------------------------------------------
@@ -252,6 +291,8 @@ class _ReadPartition:
     partition: Partition
     nodes_line: int  # of its ``nodes`` value
     default_line: int  # of its ``default`` flag (or its name when absent)
+    lines: dict[str, int] = field(default_factory=dict)  # each key's value
+    name_line: int = 0
 
 
 def _read_partitions(v: Validator, node: Node) -> list[_ReadPartition]:
@@ -278,7 +319,10 @@ def _read_partitions(v: Validator, node: Node) -> list[_ReadPartition]:
         defaults = _read_defaults(v, fields.get("defaults"), join_path(path, "defaults"))
         checks = _read_checks(v, fields.get("checks"), join_path(path, "checks"))
         job = _read_job(v, fields.get("job"), join_path(path, "job"))
+        policy = jobpolicy.read_partition_policy(v, fields, path)
         if hosts is None or time_limit is INVALID or default is INVALID:
+            continue
+        if isinstance(policy, Invalid):
             continue
         if isinstance(defaults, Invalid) or isinstance(job, Invalid):
             continue
@@ -296,34 +340,19 @@ def _read_partitions(v: Validator, node: Node) -> list[_ReadPartition]:
                     defaults=defaults,
                     checks=checks,
                     job=job,
+                    **policy,  # type: ignore[arg-type]
                 ),
                 nodes_line=key_line(fields, "nodes") or line_of(entry.key),
                 default_line=key_line(fields, "default") or line_of(entry.key),
+                lines={k: line_of(e.value) for k, e in fields.items()},
+                name_line=line_of(entry.key),
             )
         )
     return out
 
 
-def _read_defaults(v: Validator, entry: Entry | None, path: str) -> PartitionDefaults | Invalid:
-    if entry is None:
-        return PartitionDefaults()
-    fields = v.mapping(entry.value, path, _DEFAULTS_KEYS)
-    if fields is None:
-        return INVALID
-    account = read_key(fields, "account", v.string, path)
-    qos = read_key(fields, "qos", v.string, path)
-    cpus = read_key(fields, "cpus_per_gpu", lambda n, p: v.integer(n, p, minimum=1), path)
-    mem = read_key(fields, "mem_per_gpu", v.string, path)
-    if isinstance(mem, str) and not MEMORY_SIZE.match(mem):
-        v.error(
-            key_line(fields, "mem_per_gpu"),
-            join_path(path, "mem_per_gpu"),
-            f"not a Slurm memory size: {mem!r} (e.g. 64G, 500M, 1T)",
-        )
-        mem = INVALID
-    if account is INVALID or qos is INVALID or cpus is INVALID or mem is INVALID:
-        return INVALID
-    return PartitionDefaults(account=account, qos=qos, cpus_per_gpu=cpus, mem_per_gpu=mem)
+def _read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults | Invalid:
+    return jobpolicy.read_defaults(v, entry, path)
 
 
 def _read_job(v: Validator, entry: Entry | None, path: str) -> JobEnvironment | Invalid:
@@ -739,7 +768,11 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
     name = read_key(top, "site", v.string, "")
     cluster_name = read_key(top, "cluster_name", v.nullable_string, "")
     node_command = _read_node_command(v, top)
-    syntax, type_required = _read_gpu_request(v, top.get("gpu_request"))
+    syntax, type_required, form = _read_gpu_request(v, top.get("gpu_request"))
+    site_defaults = jobpolicy.read_defaults(v, top.get("defaults"), "defaults")
+    if isinstance(site_defaults, Invalid):
+        site_defaults = JobDefaults()
+    preflight = jobpolicy.read_preflight(v, top, "")
 
     models: list[GpuModel] = []
     if "models" in top:
@@ -760,6 +793,10 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         default_seen: tuple[str, int] | None = None
         for read in _read_partitions(v, top["partitions"].value):
             partition = read.partition
+            counts = {n: len(node_map.nodes.get(n) or ()) for n in partition.node_names}
+            jobpolicy.check_partition(
+                v, partition, read.lines, read.name_line, counts, site_defaults
+            )
             missing = [n for n in partition.node_names if n not in node_map.lines]
             if missing and "node_map" in top:
                 v.error(
@@ -809,6 +846,9 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         templates_dir=templates_dir,
         node_command=node_command,
         job=job,
+        defaults=site_defaults,
+        preflight=preflight if isinstance(preflight, str) else "required",
+        form=form,
     )
 
 

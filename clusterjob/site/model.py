@@ -33,6 +33,9 @@ class GpuModel:
     nvml_names: tuple[str, ...]  # NVML device names that identify this model on a node
     memory_gb: int | None = None
     constraint: str | None = None  # node feature for sites that select the model by --constraint
+    vendor: str = "nvidia"  # VENDORS
+    defaults: JobDefaults = field(default_factory=lambda: JobDefaults())  # over the partition's
+    gres_type_overlap: bool = False  # True: its type is a substring of another's on purpose
     max_per_job: int | None = None  # the most one job may ask for (e.g. of a MIG slice)
 
     def matches(self, name: str) -> bool:
@@ -41,11 +44,52 @@ class GpuModel:
 
 
 @dataclass(frozen=True)
-class PartitionDefaults:
-    account: str | None = None
+class QosRule:
+    """One entry of ``qos_by_time``: a job whose time is at most ``max_time`` gets ``qos``."""
+
+    max_time: str  # a Slurm time
+    qos: str
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """What a job gets when the user does not say. The same keys at the top of the site file
+    (``defaults:``), per partition and per model; the more specific wins, the user's option
+    over all (``clusterjob.jobscript.directives.effective_defaults``)."""
+
+    account: str | None = None  # may hold {project}: "{project}@a100" with --project
     qos: str | None = None
     cpus_per_gpu: int | None = None
     mem_per_gpu: str | None = None  # Slurm size string, e.g. "64G"
+    time: str | None = None  # the --time of a job that gives none (the partition's limit aside)
+    qos_by_time: tuple[QosRule, ...] = ()  # the QoS chosen by the job's time, shortest first
+    gres: tuple[str, ...] = ()  # extra GRES merged into the one --gres, e.g. ("nvme:10",)
+    sbatch: tuple[str, ...] = ()  # extra #SBATCH options, e.g. ("--hint=nomultithread",)
+
+
+# How a job's preflight is treated: required (a failed or impossible check ends the job),
+# warn (said on stderr, the job goes on), off (not run).
+PREFLIGHT_MODES = ("required", "warn", "off")
+# GPU vendors: the node checks read NVIDIA GPUs through NVML; AMD GPUs cannot be checked yet.
+VENDORS = ("nvidia", "amd")
+# How a partition is named to Slurm: --partition, --qos (the QoS is the queue), or not at all
+# (the site routes jobs by their size and length).
+SUBMIT_AS = ("partition", "qos", "none")
+# The CPU and memory options a site documents: per GPU, or per task (tasks = GPUs per node)
+# and per node.
+CPU_FORMS = ("cpus-per-gpu", "cpus-per-task")
+MEMORY_FORMS = ("mem-per-gpu", "mem")
+# A --gpus total over several nodes: split per node (--gpus-per-node), or kept as a total.
+MULTI_NODE_FORMS = ("per-node", "total")
+
+
+@dataclass(frozen=True)
+class RequestForm:
+    """How this site writes the CPUs, memory and multi-node GPUs of a request."""
+
+    cpus: str = "cpus-per-gpu"  # CPU_FORMS
+    memory: str = "mem-per-gpu"  # MEMORY_FORMS
+    multi_node: str = "per-node"  # MULTI_NODE_FORMS (the gpus syntax only)
 
 
 @dataclass(frozen=True)
@@ -128,9 +172,14 @@ class Partition:
     node_names: tuple[str, ...]  # expanded
     time_limit: str | None = None  # Slurm time string, e.g. "2-00:00:00"
     default: bool = False
-    defaults: PartitionDefaults = field(default_factory=PartitionDefaults)
+    defaults: JobDefaults = field(default_factory=JobDefaults)  # over the site's
     checks: CheckPolicy = field(default_factory=CheckPolicy)  # over the site's
     job: JobEnvironment = field(default_factory=JobEnvironment)
+    submit_as: str = "partition"  # SUBMIT_AS
+    max_gpus_per_job: int | None = None
+    gpus_per_node: int | None = None  # exactly this many per node (whole-node partitions)
+    max_nodes: int | None = None
+    preflight: str | None = None  # PREFLIGHT_MODES; None: the site's
 
 
 @dataclass(frozen=True)
@@ -242,6 +291,9 @@ class Site:
         None  # how job scripts call clusterjob on a node (path to the command)
     )
     job: JobEnvironment = field(default_factory=JobEnvironment)  # partitions may override
+    defaults: JobDefaults = field(default_factory=JobDefaults)  # partitions, models over it
+    preflight: str = "required"  # PREFLIGHT_MODES; partitions may override
+    form: RequestForm = field(default_factory=RequestForm)
 
     def model(self, name: str) -> GpuModel | None:
         """The model called ``name`` or one of its aliases, case-insensitively."""

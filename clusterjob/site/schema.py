@@ -61,6 +61,7 @@ class Key:
     maximum: int | None = None
     pattern: str | None = None  # for STRING and STRING_LIST items
     example: str | None = None  # a value as written in YAML
+    required_unless: tuple[str, str] | None = None  # (key, value): required unless key: value
 
     def choice_values(self) -> tuple[str, ...]:
         return self.choices() if callable(self.choices) else self.choices
@@ -105,6 +106,16 @@ def _severities() -> tuple[str, ...]:
     return CHECK_SEVERITIES
 
 
+def _model_constants(name: str) -> Callable[[], tuple[str, ...]]:
+    def values() -> tuple[str, ...]:
+        from clusterjob.site import model
+
+        found: tuple[str, ...] = getattr(model, name)
+        return found
+
+    return values
+
+
 def _on_error() -> tuple[str, ...]:
     from clusterjob.site.model import OnError
 
@@ -134,7 +145,104 @@ GPU_REQUEST = Section(
             "Every request names a GRES type, so every model needs `gres_type`.",
             default="false",
         ),
+        Key(
+            "cpus",
+            CHOICE,
+            "How CPUs are asked for: `cpus-per-gpu` (`--cpus-per-gpu=C`), or `cpus-per-task` "
+            "(`--ntasks-per-node=` the GPUs per node and `--cpus-per-task=C`, as sites that "
+            "document one task per GPU write it). C is `cpus_per_gpu`.",
+            default="cpus-per-gpu",
+            choices=_model_constants("CPU_FORMS"),
+        ),
+        Key(
+            "memory",
+            CHOICE,
+            "How memory is asked for: `mem-per-gpu` (`--mem-per-gpu=M`), or `mem` (`--mem=` "
+            "M times the GPUs per node). M is `mem_per_gpu`.",
+            default="mem-per-gpu",
+            choices=_model_constants("MEMORY_FORMS"),
+        ),
+        Key(
+            "multi_node",
+            CHOICE,
+            "The `gpus` syntax over several nodes: `per-node` writes `--gpus-per-node=TYPE:N` "
+            "(Slurm may split a `--gpus` total unevenly), `total` keeps `--gpus=TYPE:N*nodes` "
+            "and says so at submit.",
+            default="per-node",
+            choices=_model_constants("MULTI_NODE_FORMS"),
+        ),
     ),
+)
+
+QOS_RULE = Section(
+    "qos_rule",
+    "defaults.qos_by_time[]",
+    "A QoS for jobs up to a length; the first entry whose `max_time` holds the job's time "
+    "(its `--time`, else `defaults.time`) is taken.",
+    (
+        Key(
+            "max_time",
+            STRING,
+            "The longest job this QoS takes.",
+            required=True,
+            pattern=TIME_PATTERN,
+            example='"2:00:00"',
+        ),
+        Key("qos", STRING, "The QoS written as `--qos`.", required=True),
+    ),
+)
+
+DEFAULTS = Section(
+    "defaults",
+    "defaults",
+    "What a job gets when the user does not say. The same keys at the top, per partition and "
+    "per model; precedence: site < partition < model < the user's option.",
+    (
+        Key(
+            "account",
+            STRING,
+            "`--account`; `{project}` in it is the user's `--project` (`{project}@a100`).",
+        ),
+        Key("qos", STRING, "`--qos`."),
+        Key(
+            "qos_by_time",
+            LIST,
+            "The QoS chosen by the job's time, shortest first (instead of `qos`).",
+            section=QOS_RULE,
+        ),
+        Key(
+            "time",
+            STRING,
+            "The `--time` of a job that gives none (sites whose own default is minutes end "
+            "such jobs early); at most the partition's `time_limit`.",
+            pattern=TIME_PATTERN,
+            example='"1:00:00"',
+        ),
+        Key("cpus_per_gpu", INTEGER, "CPUs per GPU (GPU jobs only).", minimum=1),
+        Key(
+            "mem_per_gpu",
+            STRING,
+            "Memory per GPU, a Slurm size (GPU jobs only).",
+            pattern=MEMORY_PATTERN,
+            example="64G",
+        ),
+        Key(
+            "gres",
+            STRING_LIST,
+            "Extra GRES (`nvme:10`), merged into the GPU request's one `--gres` value; the "
+            "user's `--gres` of the same name replaces it.",
+            pattern=r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?(:[0-9]+[KMGTP]?)?$",
+        ),
+        Key(
+            "sbatch",
+            STRING_LIST,
+            "Extra `#SBATCH` options (`--hint=nomultithread`); a more specific one, or the "
+            "user's `--sbatch-arg`, with the same option name replaces it. Options clusterjob "
+            "writes itself are refused (each has its key).",
+            pattern="^-",
+        ),
+    ),
+    also_at=("partitions.NAME.defaults", "models.NAME.defaults"),
 )
 
 MODEL = Section(
@@ -153,8 +261,30 @@ MODEL = Section(
         Key(
             "nvml_names",
             STRING_LIST,
-            "NVML device names that identify this model on a node (exact, case-insensitive).",
-            required=True,
+            "NVML device names that identify this model on a node (exact, case-insensitive); "
+            "required for NVIDIA models.",
+            required_unless=("vendor", "amd"),
+        ),
+        Key(
+            "vendor",
+            CHOICE,
+            "The GPU's maker: the node checks read NVIDIA GPUs through NVML; AMD GPUs "
+            "(`/dev/dri/renderD*` in gres.conf) cannot be checked, so their jobs need "
+            "`preflight: warn` or `off`.",
+            default="nvidia",
+            choices=_model_constants("VENDORS"),
+        ),
+        Key(
+            "defaults",
+            SECTION,
+            "Job defaults for this model, over the partition's.",
+            section=DEFAULTS,
+        ),
+        Key(
+            "gres_type_overlap",
+            BOOLEAN,
+            "Its GRES type is a substring of another's on purpose (vendor MIG names): no warning.",
+            default="false",
         ),
         Key("memory_gb", INTEGER, "GPU memory in GB (shown by `site show`).", minimum=1),
         Key(
@@ -169,24 +299,6 @@ MODEL = Section(
             NULLABLE_STRING,
             "The node feature that selects this model (`--constraint`); required by the "
             "`gres+constraint` syntax, added to the request by every syntax.",
-        ),
-    ),
-)
-
-PARTITION_DEFAULTS = Section(
-    "defaults",
-    "partitions.NAME.defaults",
-    "What a job gets when the user does not say: the user's option always wins.",
-    (
-        Key("account", STRING, "`--account`."),
-        Key("qos", STRING, "`--qos`."),
-        Key("cpus_per_gpu", INTEGER, "`--cpus-per-gpu` (GPU jobs only).", minimum=1),
-        Key(
-            "mem_per_gpu",
-            STRING,
-            "`--mem-per-gpu`, a Slurm size (GPU jobs only).",
-            pattern=MEMORY_PATTERN,
-            example="64G",
         ),
     ),
 )
@@ -261,9 +373,32 @@ PARTITION = Section(
             "The partition tried first when the user names none (at most one).",
             default="false",
         ),
-        Key("defaults", SECTION, PARTITION_DEFAULTS.doc, section=PARTITION_DEFAULTS),
+        Key("defaults", SECTION, "Job defaults over the site's.", section=DEFAULTS),
         Key("checks", SECTION, "Node-check policy over the site's.", section=CHECKS),
         Key("job", SECTION, "Interpreter and setup lines over the site's.", section=JOB),
+        Key(
+            "submit_as",
+            CHOICE,
+            "How the partition is named to Slurm: `partition` (`--partition=NAME`), `qos` "
+            "(`--qos=NAME`: the QoS is the queue; `--qos NAME` also picks it), `none` "
+            "(nothing: the site routes jobs by size and length).",
+            default="partition",
+            choices=_model_constants("SUBMIT_AS"),
+        ),
+        Key("max_gpus_per_job", INTEGER, "The most GPUs one job may ask for here.", minimum=1),
+        Key(
+            "gpus_per_node",
+            INTEGER,
+            "Jobs get exactly this many GPUs per node (whole-node partitions).",
+            minimum=1,
+        ),
+        Key("max_nodes", INTEGER, "The most nodes one job may ask for here.", minimum=1),
+        Key(
+            "preflight",
+            CHOICE,
+            "The job's GPU check here, over the site's `preflight`.",
+            choices=_model_constants("PREFLIGHT_MODES"),
+        ),
     ),
 )
 
@@ -374,6 +509,16 @@ SITE = Section(
         ),
         Key("checks", SECTION, CHECKS.doc, section=CHECKS),
         Key("job", SECTION, "Interpreter and setup lines for every job.", section=JOB),
+        Key("defaults", SECTION, "Job defaults of the whole site.", section=DEFAULTS),
+        Key(
+            "preflight",
+            CHOICE,
+            "The job's first step, which checks its GPUs against the node map: `required` "
+            "(a failed or impossible check ends the job), `warn` (said on stderr, the job "
+            "goes on), `off` (not run). Partitions may say otherwise.",
+            default="required",
+            choices=_model_constants("PREFLIGHT_MODES"),
+        ),
     ),
 )
 
@@ -382,7 +527,8 @@ SECTIONS: tuple[Section, ...] = (
     GPU_REQUEST,
     MODEL,
     PARTITION,
-    PARTITION_DEFAULTS,
+    DEFAULTS,
+    QOS_RULE,
     JOB,
     CHECKS,
     NODE_ENTRY,
@@ -456,6 +602,19 @@ def _section_schema(section: Section) -> dict[str, Any]:
     required = [k.name for k in section.keys if k.required]
     if required:
         out["required"] = required
+    conditional = [
+        {
+            "if": {
+                "properties": {k.required_unless[0]: {"const": k.required_unless[1]}},
+                "required": [k.required_unless[0]],
+            },
+            "else": {"required": [k.name]},
+        }
+        for k in section.keys
+        if k.required_unless is not None
+    ]
+    if conditional:
+        out["allOf"] = conditional
     return out
 
 
@@ -591,6 +750,8 @@ def reference_markdown() -> str:
         out += ["", "| key | type | required / default | meaning |", "|---|---|---|---|"]
         for key in section.keys:
             need = "required" if key.required else _default_text(key.default)
+            if key.required_unless is not None:
+                need = f"required unless `{key.required_unless[0]}: {key.required_unless[1]}`"
             meaning = key.doc
             if key.example:
                 meaning += f" Example: `{key.example}`."

@@ -15,6 +15,16 @@ MEMORY_SIZE = re.compile(r"\A[0-9]+[KMGT]?\Z")
 # What Slurm accepts as a GRES type name in gres.conf (Type=) and requests (gpu:TYPE:N).
 GRES_TYPE_NAME = re.compile(r"\A[A-Za-z0-9_.-]+\Z")
 
+_SHORT_WITH_VALUE = re.compile(r"-[A-Za-z].+")
+
+
+def sbatch_option_name(arg: str) -> str:
+    """The option an sbatch argument sets: ``--gres=nvme:10`` -> ``--gres``, ``-C gpu`` and
+    ``-Cgpu`` -> ``-C``, ``--exclusive`` -> itself (two arguments naming one option replace
+    each other in sbatch: the last wins)."""
+    head = arg.split("=", 1)[0].split(" ", 1)[0]
+    return head[:2] if _SHORT_WITH_VALUE.fullmatch(head) else head
+
 # sbatch --time (Slurm's time_str2secs): every field any number of ASCII digits.
 _TIME_FORMS = (
     re.compile(r"(?P<m>[0-9]+)"),  # minutes
