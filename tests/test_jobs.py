@@ -11,6 +11,7 @@ import pytest
 from slurm_fake import FakeSlurm
 
 from clusterjob import resources
+from clusterjob.api.cluster import Cluster
 from clusterjob.cli import run
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
 from clusterjob.jobs import status as job_status
@@ -407,9 +408,8 @@ def test_cancel_of_a_job_slurm_does_not_know_is_an_error(data, capsys, monkeypat
         cancel([known, "99999", "99998_3"], client=slurm.client(), registry=registry)
     assert slurm.jobs[known]["state"] == "CANCELLED"
     assert [c[:2] for c in slurm.commands("scancel")] == [["scancel", "--verbose"]] * 2
-    from clusterjob.jobs import cancel as job_cancel
 
-    monkeypatch.setattr(job_cancel, "SlurmClient", slurm.client)
+    monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
     capsys.readouterr()
     assert run(["cancel", "99999"]) == 2
     out, err = capsys.readouterr()
@@ -458,7 +458,7 @@ def test_follow_prints_appended_output_until_the_job_ends(tmp_path: Path) -> Non
 
 def test_cli_status_json_and_table(data, capsys, monkeypatch) -> None:
     slurm, registry = populate(3)
-    monkeypatch.setattr(job_status, "SlurmClient", slurm.client)
+    monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
     assert run(["status", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["state"] for r in rows] == ["RUNNING", "PENDING", "FAILED"]

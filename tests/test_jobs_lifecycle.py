@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from slurm_fake import FakeSlurm
 
+from clusterjob.api.cluster import Cluster
 from clusterjob.cli import run
 from clusterjob.errors import UsageError
 from clusterjob.jobs import status as job_status
@@ -376,10 +377,9 @@ def test_wait_times_out_with_124(data: Path) -> None:
 
 def test_cli_wait_exits_with_the_code_and_bad_input_is_exit_2(data, capsys, monkeypatch) -> None:
     slurm = FakeSlurm()
-    monkeypatch.setattr(job_status, "SlurmClient", slurm.client)
-    from clusterjob.jobs import wait as job_wait
+    monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
 
-    monkeypatch.setattr(job_wait, "SlurmClient", slurm.client)
+    monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
     job = slurm.add_job(state="COMPLETED", reason="None", exit_code="0:0")
     Registry().add(
         JobRecord(job, "fake", "s", "t1", "train", "#!", "", "", "/w", None, time.time())
@@ -421,7 +421,7 @@ def test_status_filters(data: Path) -> None:
 
 def test_cli_status_tasks_table(data, capsys, monkeypatch) -> None:
     slurm = FakeSlurm()
-    monkeypatch.setattr(job_status, "SlurmClient", slurm.client)
+    monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
     job = ten_task_array(slurm)
     track_array(
         registry := Registry(),
@@ -561,10 +561,9 @@ def test_cli_submit_json_parsable_and_resubmit_with_changes(
     data: Path, capsys, monkeypatch, tmp_path: Path
 ) -> None:
     from clusterjob import resources
-    from clusterjob.jobs import submit as job_submit
 
     slurm = FakeSlurm(cluster="mllab")
-    monkeypatch.setattr(job_submit, "SlurmClient", slurm.client)
+    monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
     monkeypatch.chdir(tmp_path)
     site = ["--site", str(resources.site_configs_dir() / "mllab.yaml")]
     assert (
@@ -620,10 +619,9 @@ def test_bad_submit_input_is_one_line_exit_2_and_nothing_submitted(
     data: Path, capsys, monkeypatch, tmp_path: Path, argv: list[str]
 ) -> None:
     from clusterjob import resources
-    from clusterjob.jobs import submit as job_submit
 
     slurm = FakeSlurm(cluster="mllab")
-    monkeypatch.setattr(job_submit, "SlurmClient", slurm.client)
+    monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
     monkeypatch.chdir(tmp_path)
     site = ["--site", str(resources.site_configs_dir() / "mllab.yaml")]
     assert run(["submit", TRAIN, "--gpus", "1", "-m", "a100", *site, *argv]) == 2

@@ -119,7 +119,8 @@ def test_submission_goes_through_jobs_submit(
     """The contract with clusterjob.jobs: submit(site, resolved, rendered, test_only=...)."""
     calls = []
 
-    def submit(site, resolved, rendered, *, test_only=False):  # type: ignore[no-untyped-def]
+    def submit(site, resolved, rendered, *, test_only=False, **where):  # type: ignore[no-untyped-def]
+        assert where["client"].remote is False and where["workdir"] == str(Path.cwd().resolve())
         calls.append((site.name, resolved.gres.options, rendered.token, test_only))
         return f"job 42 token {rendered.token}"
 

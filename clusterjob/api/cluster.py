@@ -240,6 +240,12 @@ class Cluster:
 
         _check_option_names(options)
         o = {**JOB_OPTIONS, **options}
+        named = ("python", "venv", "conda", "container_image", "apptainer")
+        submit_python = None  # a pyenv shim on PATH resolves while the site loads
+        if not self.remote and not any(o[k] for k in named):
+            from clusterjob.jobscript.interpreter import start_find_submit_python
+
+            submit_python = start_find_submit_python(os.environ)
         if isinstance(program, str):
             script, words = program, list(args)
         else:
@@ -309,12 +315,6 @@ class Cluster:
             conda=o["conda"],
             token=token or new_token(),
         )
-        chooses = not (request.python or request.venv or request.conda)
-        if not self.remote and chooses and not (request.container_image or request.apptainer):
-            from clusterjob.jobscript.interpreter import find_submit_python
-
-            found = find_submit_python(os.environ)
-            request = replace(request, submit_python=found.python, active_env=found.active_env)
         if request.dependency and "last" in request.dependency:
             from clusterjob.jobs.submit import expand_dependency
 
@@ -322,6 +322,9 @@ class Cluster:
                 request, dependency=expand_dependency(request.dependency, self.registry())
             )
         site = self.site
+        if submit_python is not None:
+            found = submit_python()
+            request = replace(request, submit_python=found.python, active_env=found.active_env)
         if self.remote:
             resolved = self._remote_interpreter(
                 site, resolve(site, request, choose_interpreter=False)
@@ -599,6 +602,38 @@ class Cluster:
             registry=self.registry(),
             cache=self.cache(),
         )
+
+    def resubmit(
+        self,
+        job: str,
+        *,
+        changes: object = None,
+        same_script: bool = False,
+    ) -> Submitted:
+        """``clusterjob resubmit``: a recorded job again, re-rendered with today's site (and
+        ``changes``, a ``clusterjob.jobs.submit.Changes``) or ``same_script``."""
+        from clusterjob.jobs.submit import Changes, resubmit
+
+        if self.remote and not same_script:
+            raise UsageError(
+                "resubmit with --host replays the recorded script: add --same-script "
+                "(or submit again, which syncs the code and renders the job anew)"
+            )
+        assert changes is None or isinstance(changes, Changes)
+        return resubmit(
+            job,
+            site=None if same_script else self.site,
+            changes=changes,
+            same_script=same_script,
+            client=self.client(),
+            registry=self.registry(),
+        )
+
+    def provenance(self, job: str) -> dict[str, object]:
+        """``clusterjob show``: where a job came from."""
+        from clusterjob.jobs.submit import provenance
+
+        return provenance(job, registry=self.registry())
 
     def output_path(self, job: str, *, stderr: bool = False, task: int | None = None) -> Path:
         """Where the job writes its output (on the cluster's file system)."""

@@ -16,13 +16,20 @@ import typer
 from typer.exceptions import TyperException
 
 from clusterjob import __version__
-from clusterjob.errors import ClusterjobError, ConfigError, ExitCode, exit_code, printable
+from clusterjob.errors import (
+    ClusterjobError,
+    ConfigError,
+    ExitCode,
+    UsageError,
+    exit_code,
+    printable,
+)
 
 app = typer.Typer(
     name="clusterjob",
     help="Get GPU jobs onto the right GPUs of a Slurm cluster, and prove it before training "
-    "starts.\n\nSlurm hooks (for slurm.conf, see the README): `clusterjob prolog`, "
-    "`clusterjob task-prolog`.",
+    "starts.\n\nSlurm hooks (`clusterjob site install-hooks` writes their wrappers for "
+    "slurm.conf): `clusterjob prolog`, `clusterjob task-prolog`.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,
@@ -38,16 +45,54 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+# Commands that work on a remote cluster with --host; the others run on this machine (the
+# node-side hooks and checks, the site and sandbox tools, workstation runs).
+REMOTE_COMMANDS = frozenset(
+    {"submit", "status", "logs", "cancel", "wait", "show", "resubmit", "shell"}
+)
+
+
 @app.callback()
 def _options(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
             "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            help="Use the cluster behind this login node over ssh: [USER@]HOST[:PORT] or a "
+            "profile of ~/.config/clusterjob/hosts.yaml (default: $CLUSTERJOB_HOST).",
+            show_default=False,
+        ),
+    ] = None,
+    remote_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--remote-dir",
+            help="With --host: the job directory there (default: the profile's, else "
+            "~/clusterjob/NAME of this directory).",
+            show_default=False,
+        ),
+    ] = None,
+    no_sync: Annotated[
+        bool,
+        typer.Option("--no-sync", help="With --host: the remote dir already holds the code."),
+    ] = False,
 ) -> None:
-    pass  # the app's own options; every command is a subcommand
+    """The app's own options; every command is a subcommand."""
+    from clusterjob.cli import common
+
+    if host is not None and ctx.invoked_subcommand not in REMOTE_COMMANDS:
+        raise UsageError(
+            f"--host: `{ctx.invoked_subcommand}` runs on this machine; run it on the cluster "
+            f"(--host works with: {', '.join(sorted(REMOTE_COMMANDS))})"
+        )
+    common.REMOTE.update(host=host, remote_dir=remote_dir, sync=False if no_sync else None)
 
 
 site_app = typer.Typer(

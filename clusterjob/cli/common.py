@@ -15,12 +15,30 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` loads neither YAML nor Slurm code
+    from clusterjob.api.cluster import Cluster
     from clusterjob.site.model import Site
+
+# The app's --host, --remote-dir and --no-sync, as given (None: not given).
+REMOTE: dict[str, object] = {"host": None, "remote_dir": None, "sync": None}
 
 SiteOption = Annotated[
     str | None, typer.Option("--site", "-s", help="Site name or site YAML file.")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def the_cluster(site: str | None = None) -> Cluster:
+    """The cluster a job command works on: this machine's, or --host's (``$CLUSTERJOB_HOST``)
+    over ssh; the CLI's commands are calls on it (``clusterjob.api``)."""
+    from clusterjob.api.cluster import Cluster
+
+    host, remote_dir, sync = REMOTE["host"], REMOTE["remote_dir"], REMOTE["sync"]
+    return Cluster(
+        site,
+        host=host if isinstance(host, str) else None,
+        remote_dir=remote_dir if isinstance(remote_dir, str) else None,
+        sync=sync if isinstance(sync, bool) else None,
+    )
 
 
 def slurm_cluster_name(budget: float | None = None) -> str:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from clusterjob.cli import app
-from clusterjob.cli.common import SiteOption, load_site
+from clusterjob.cli.common import SiteOption, the_cluster
 from clusterjob.cli.completion import ModelOption, PartitionOption
 
 
@@ -42,13 +42,10 @@ def shell(
     ] = False,
 ) -> None:
     """An interactive session on a node with GPUs of one model: srun --pty, preflight first."""
-    from clusterjob.jobs.interactive import open_shell, shell_session
-    from clusterjob.jobscript.request import JobRequest, resolve
-
-    request = JobRequest(
-        script="shell",
-        command=True,
-        gpus=gpus or 0,
+    result = the_cluster(site).shell(
+        tuple(command or ()),
+        dry_run=dry_run,
+        gpus=gpus,
         model=model,
         partition=partition,
         time=time,
@@ -61,10 +58,7 @@ def shell(
         nodelist=nodelist,
         job_name=job_name,
     )
-    the_site = load_site(site)
-    job = resolve(the_site, request, choose_interpreter=False)  # the session runs no script
-    session = shell_session(the_site, job, tuple(command or ()))
-    if dry_run:
-        typer.echo(session.command_line())
+    if isinstance(result, str):
+        typer.echo(result)
         return
-    raise typer.Exit(open_shell(session))
+    raise typer.Exit(result)

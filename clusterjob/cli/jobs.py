@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from clusterjob.cli import app
-from clusterjob.cli.common import SiteOption, load_site
+from clusterjob.cli.common import SiteOption, the_cluster
 from clusterjob.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load sqlite and Slurm
@@ -97,10 +97,11 @@ def status(
     wanted = job_status.StatusFilter.parse(state=state, name=name, since=since)
     if watch and interval <= 0:
         raise UsageError("--interval must be a positive number of seconds")
+    cluster = the_cluster()
 
     def show() -> None:
         rows = wanted.apply(
-            job_status.status(job or (), show_all=show_all or wanted.since is not None, tasks=tasks)
+            cluster.status(job or (), show_all=show_all or wanted.since is not None, tasks=tasks)
         )
         if as_json:
             print(json.dumps([r.to_dict() for r in rows], indent=2))
@@ -139,24 +140,26 @@ def logs(
     """Print a job's output file (Slurm's own path for it)."""
     from clusterjob.jobs import logs as job_logs
 
-    path = job_logs.output_path(job, stderr=err, task=task)
+    cluster = the_cluster()
+    path = cluster.output_path(job, stderr=err, task=task)
     name = job if task is None else f"{job}_{task}"
     if rank is not None or node is not None:
         if follow:
             raise UsageError("--rank/--node print what is there: drop --follow")
-        layout = job_logs.rank_layout(name)
-        if not path.exists():
+        layout = job_logs.rank_layout(name, registry=cluster.registry(), client=cluster.client())
+        text = cluster.read_log(path)
+        if text is None:
             raise UsageError(f"{path} does not exist (yet): the job may not have started")
-        text = path.read_text(errors="replace")
         sys.stdout.write(job_logs.select_lines(text, layout, rank=rank, node=node))
         return
     if not follow:
-        if not path.exists():
+        text = cluster.read_log(path)
+        if text is None:
             raise UsageError(f"{path} does not exist (yet): the job may not have started")
-        sys.stdout.write(path.read_text(errors="replace"))
+        sys.stdout.write(text)
         return
     print(f"==> {path} <==", file=sys.stderr)
-    for chunk in job_logs.follow(path, finished=lambda: job_logs.is_finished(name)):
+    for chunk in cluster.follow(job, stderr=err, task=task):
         sys.stdout.write(chunk)
         sys.stdout.flush()
 
@@ -175,9 +178,7 @@ def wait(
 ) -> None:
     """Wait until the jobs end; exit with the job's exit code (an array: non-zero if any task
     failed; several jobs: the first non-zero)."""
-    from clusterjob.jobs import wait as job_wait
-
-    result = job_wait.wait(job, timeout=timeout, interval=interval)
+    result = the_cluster().wait(job, timeout=timeout, interval=interval)
     if not quiet:
         print(result, file=sys.stderr if result.timed_out else sys.stdout)
     raise typer.Exit(result.exit_code)
@@ -186,9 +187,7 @@ def wait(
 @app.command()
 def cancel(job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")]) -> None:
     """Cancel jobs (one scancel call)."""
-    from clusterjob.jobs import cancel as job_cancel
-
-    ids = job_cancel.cancel(job)
+    ids = the_cluster().cancel(job)
     print(f"cancel requested for {', '.join(ids)}")
 
 
@@ -217,8 +216,7 @@ def resubmit(
     from clusterjob.jobs import submit as job_submit
 
     changes = job_submit.Changes(tuple(args or ()), gpus, model, time_limit, nodes, partition)
-    the_site = None if same_script else load_site(site)
-    result = job_submit.resubmit(job, site=the_site, changes=changes, same_script=same_script)
+    result = the_cluster(site).resubmit(job, changes=changes, same_script=same_script)
     if as_json:
         print(json.dumps(result.to_dict()))
     elif parsable:
@@ -233,9 +231,7 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object, for scripts.")] = False,
 ) -> None:
     """Where a job came from: command line, directory, git commit, site, token, script."""
-    from clusterjob.jobs import submit as job_submit
-
-    info = job_submit.provenance(job)
+    info = the_cluster().provenance(job)
     if as_json:
         print(json.dumps(info, indent=2))
         return

@@ -8,15 +8,13 @@ clusterjob's options may stand before or after SCRIPT (``clusterjob submit train
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from clusterjob.cli import app
-from clusterjob.cli.common import SiteOption, load_site
+from clusterjob.cli.common import SiteOption, the_cluster
 from clusterjob.cli.completion import ModelOption, PartitionOption
 from clusterjob.errors import UsageError
 
@@ -166,41 +164,16 @@ def submit(
     parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id only.")] = False,
 ) -> None:
     """Submit SCRIPT (or -- CMD ARGS) with GPUs of one model, in this site's own sbatch syntax."""
-    from clusterjob.jobscript.interpreter import start_find_submit_python
-
-    submit_python = None  # a pyenv shim on PATH resolves while the rest imports and loads
-    if python is None and venv is None and conda is None and not (container_image or apptainer):
-        submit_python = start_find_submit_python(os.environ)
-    from clusterjob.jobscript.program import classify
-    from clusterjob.jobscript.render import render
-    from clusterjob.jobscript.request import (
-        JobRequest,
-        params_task_args,
-        resolve,
-        sweep_task_args,
-    )
-
-    args = list(args or [])
     if dry_run and test_only:
         raise UsageError("--dry-run and --test-only exclude each other")
     if as_json and parsable:
         raise UsageError("--json and --parsable exclude each other")
     if sweep and params is not None:
         raise UsageError("--sweep and --params exclude each other")
-    task_args = sweep_task_args(sweep) if sweep else ()
-    if params is not None:
-        try:
-            text = params.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--params {params}: cannot read it ({exc})") from None
-        task_args = params_task_args(text, str(params))
-    if gpus is None:
-        gpus = 0  # a CPU-only job: no GPU request, no GPU check
-    program = classify(script, Path.cwd())
-    request = JobRequest(
-        script=program.script,
-        command=program.command,
-        args=tuple(args),
+    cluster = the_cluster(site)
+    prepared = cluster.prepare(
+        script,
+        list(args or []),
         gpus=gpus,
         model=model,
         nodes=nodes,
@@ -222,34 +195,24 @@ def submit(
         mail_type=mail_type,
         mail_user=mail_user,
         constraint=constraint,
-        sbatch_args=tuple(sbatch_arg or ()),
+        sbatch_args=sbatch_arg or (),
         tasks_per_node=tasks_per_node,
         launcher=launcher,
-        launcher_args=tuple(launcher_arg or ()),
-        setup=tuple(setup or ()),
-        modules=tuple(module or ()),
-        env=tuple(env or ()),
+        launcher_args=launcher_arg or (),
+        setup=setup or (),
+        modules=module or (),
+        env=env or (),
         container_image=container_image,
         container_mounts=container_mounts,
         apptainer=apptainer,
-        task_args=task_args,
         python=python,
         venv=venv,
         conda=conda,
+        sweep=sweep or (),
+        params=params,
     )
-    if dependency and "last" in dependency:
-        from clusterjob.jobs.submit import expand_dependency
-
-        request = replace(request, dependency=expand_dependency(dependency))
-    the_site = load_site(site)
-    if submit_python is not None:
-        found = submit_python()
-        request = replace(request, submit_python=found.python, active_env=found.active_env)
-    resolved = resolve(the_site, request)
-    if resolved.runs_python and resolved.interpreter is None:
-        raise UsageError("no python3 or python on PATH to run the job with: give --python PATH")
-    rendered = render(the_site, resolved)
-    for note in resolved.notes:
+    rendered = prepared.rendered
+    for note in prepared.notes:
         typer.echo(f"note: {note}", err=True)
     if dry_run:
         typer.echo(rendered.script, nl=False)
@@ -261,10 +224,7 @@ def submit(
         return
     from clusterjob.jobs import submit as job_submit
 
-    job_submit.check_output_dirs(
-        resolved.request.output, resolved.request.error, Path.cwd(), mkdir=mkdir
-    )
-    result = job_submit.submit(the_site, resolved, rendered, test_only=test_only)
+    result = cluster.submit_prepared(prepared, test_only=test_only, mkdir=mkdir)
     if isinstance(result, job_submit.Submitted) and (as_json or parsable):
         typer.echo(json.dumps(result.to_dict()) if as_json else result.job_id)
         return
