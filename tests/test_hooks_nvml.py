@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -695,11 +696,12 @@ A0 = "gpu2: slot 0 (0000:07:00.0): NVIDIA A100-SXM4-80GB"
             f"warning: gpu-hot: {H0}: 88 C before the job starts, slowdown at 90 C -- check "
             "the cooling",
         ),
-        (
-            hgx(**{"0": {"processes": ((31337, 5 * 2**30, "python3"),)}}),
+        (  # a live pid (this test's own): its user is the owner of /proc/PID
+            hgx(**{"0": {"processes": ((os.getpid(), 5 * 2**30, "python3"),)}}),
             18,
             1,
-            f"gpu-busy: {H0}: 1 compute process(es) already running: pid 31337 (python3)",
+            f"gpu-busy: {H0}: 1 compute process(es) already running: pid {os.getpid()} "
+            f"(python3, user {pwd.getpwuid(os.getuid()).pw_name})",
         ),
         (
             hgx(**{"0": {"persistence": False}}),
@@ -995,4 +997,80 @@ def test_preflight_mig_slice_against_the_profile_asked_for(node: Node, asked: st
         "error: alloc-model: gpu2: slot 0 (0000:07:00.0): job asked for A100-1g.10gb, was "
         f"given MIG device {mine}: NVIDIA A100-SXM4-80GB MIG 3g.40gb (A100-3g.40gb)",
         "clusterjob: error: preflight gpu2: FAILED (1 error(s), 0 warning(s))",
+    ]
+
+
+# Slices by GRES index, as Slurm gives them without NVML autodetection (gres.conf's
+# MultipleFiles= records, one per slice): the map gives each slice's GPU instance, and NVML's
+# instances 2 and 3 are a 1g.10gb and a 2g.20gb slice where the map (and so gres.conf) has
+# them the other way round. The set of profiles is the map's: the Prolog cannot tell.
+SLICED = {0: ', mig: ["3g.40gb@1", "2g.20gb@2", "1g.10gb@3", "1g.10gb@4"]'}
+ALL_SLICE_MODELS = (
+    SLICE_MODELS
+    + """\
+  A100-2g.20gb:
+    gres_type: a100_2g.20gb
+    nvml_names: ["NVIDIA A100-SXM4-80GB MIG 2g.20gb"]
+"""
+)
+
+
+def sliced_node(node: Node) -> StandinScenario:
+    scenario = migged("3g.40gb", "1g.10gb", "2g.20gb", "1g.10gb")
+    node.setup(scenario, slot_extra=SLICED, extra_models=ALL_SLICE_MODELS)
+    return scenario
+
+
+def test_prolog_takes_gres_indices_as_slices_where_the_map_has_them(node: Node) -> None:
+    sliced_node(node)
+    assert node.prolog(env={"SLURM_JOB_GPUS": "1"}).returncode == 0
+    done = node.prolog(env={"SLURM_JOB_GPUS": "7"})  # 4 slices and 3 whole GPUs: 0-6
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: alloc-slot: gpu2: job was given GRES index 7, but the node has 7 "
+        "GRES indices (GPUs and MIG slices) -- gres.conf and the node map disagree"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("index", "asked", "given"), [("0", "A100-3g.40gb", 0), ("1", "A100-2g.20gb", 1)]
+)
+def test_preflight_checks_the_slice_of_a_gres_index_against_the_profile_asked_for(
+    node: Node, index: str, asked: str, given: int
+) -> None:
+    scenario = sliced_node(node)
+    env = preflight_env(
+        node,
+        SLURM_JOB_GPUS=index,
+        CUDA_VISIBLE_DEVICES=index,
+        CLUSTERJOB_EXPECT_MODEL=asked,
+        CLUSTERJOB_EXPECT_COUNT="1",
+    )
+    done = node.run("preflight", env=env)
+    if asked == "A100-3g.40gb":
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines()[-1] == "preflight gpu2: OK (4 GPU slot(s))"
+        return
+    uuid = scenario.gpus[0].mig_devices[given][1]
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-2:] == [
+        "error: alloc-model: gpu2: slot 0 (0000:07:00.0): job asked for A100-2g.20gb, was "
+        f"given MIG device GRES index 1 ({uuid}): NVIDIA A100-SXM4-80GB MIG 1g.10gb "
+        "(A100-1g.10gb)",
+        "clusterjob: error: preflight gpu2: FAILED (1 error(s), 0 warning(s))",
+    ]
+
+
+def test_task_prolog_gives_cuda_the_slices_of_the_jobs_gres_indices(node: Node) -> None:
+    """CUDA takes an index for a whole GPU: the job's slices become their MIG UUIDs, by the
+    map's GPU instance (GRES index 2 is instance 3, NVML's third MIG device), whole GPUs
+    their GPU UUID."""
+    scenario = sliced_node(node)
+    migs = [u for _, u in scenario.gpus[0].mig_devices]
+    env = {"SLURM_JOB_GPUS": "2,4", "CUDA_VISIBLE_DEVICES": "2,4"}
+    done = node.run("task-prolog", "--site", str(node.site), env=env)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == [
+        "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        f"export CUDA_VISIBLE_DEVICES={migs[2]},{scenario.gpus[1].uuid}",
     ]

@@ -73,6 +73,7 @@ class GpuProcess:
     pid: int
     used_memory: int | None  # bytes; None where the driver cannot tell
     name: str | None
+    user: str | None = None  # the owner of /proc/PID (a uid where it has no name); None: gone
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,7 @@ def _read_gpu(pynvml: Any, index: int) -> Gpu:
                     pid=p.pid,
                     used_memory=p.usedGpuMemory,
                     name=_process_name(pynvml, p.pid),
+                    user=process_owner(p.pid),
                 )
                 for p in procs
             )
@@ -238,6 +239,22 @@ def _process_name(pynvml: Any, pid: int) -> str | None:
     except pynvml.NVMLError:
         return None  # the process ended between the two calls, or we may not look at it
     return name or None
+
+
+def process_owner(pid: int, proc: str = "/proc") -> str | None:
+    """Who runs ``pid``: the owner of its /proc directory (lstat: nothing is followed or
+    opened), by name where the user database has one, else the uid; None when it is gone or
+    not ours to see (a process in another PID namespace)."""
+    import pwd
+
+    try:
+        uid = os.lstat(f"{proc}/{int(pid)}").st_uid
+    except (OSError, ValueError):
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _init_error(pynvml: Any, exc: Exception) -> NvmlError:

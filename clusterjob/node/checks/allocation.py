@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from clusterjob.gpu.inventory import Gpu, MigDevice
 from clusterjob.gpu.models import model_for_nvml_name
-from clusterjob.node.checks.facts import Facts, Need
+from clusterjob.node.checks.facts import Facts, Need, names_mig
 from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Stage, check
 
@@ -45,12 +44,17 @@ def alloc_env_mig(facts: Facts) -> Iterator[Observation]:
 
 @check("alloc-slot", Severity.ERROR, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
 def alloc_slot_range(facts: Facts) -> Iterator[Observation]:
-    """Each GRES index the job was given must be a slot of this node."""
+    """Each GRES index the job was given must be a slot (or, where MIG is on, a slice) of
+    this node."""
     n = len(facts.node_map) if facts.node_map is not None else len(facts.physical)
+    has = f"{n} GPU slot(s)"
+    if facts.units is not None:
+        n = len(facts.units)
+        has = f"{n} GRES indices (GPUs and MIG slices)"
     for s in facts.allocated or ():
-        if s not in facts.slot_gpu:
+        if not facts.index_known(s):
             yield Observation(
-                f"{facts.node}: job was given GRES index {s}, but the node has {n} GPU slot(s) "
+                f"{facts.node}: job was given GRES index {s}, but the node has {has} "
                 "-- gres.conf and the node map disagree",
                 expected=f"index < {n}",
                 found=str(s),
@@ -59,7 +63,7 @@ def alloc_slot_range(facts: Facts) -> Iterator[Observation]:
 
 @check("alloc-count", Severity.ERROR, stage=Stage.REQUEST, needs={Need.EXPECT_COUNT})
 def alloc_count(facts: Facts) -> Iterator[Observation]:
-    got = len(facts.allocated_set) if facts.allocated is not None else 0
+    got = len(set(facts.allocated)) if facts.allocated is not None else 0
     if got == facts.expect_count:
         return
     src = facts.allocation.source if facts.allocation is not None else ""
@@ -93,13 +97,14 @@ def alloc_model(facts: Facts) -> Iterator[Observation]:
 @check("alloc-mig", Severity.ERROR, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
 def alloc_mig(facts: Facts) -> Iterator[Observation]:
     """Each MIG device of CUDA_VISIBLE_DEVICES must be a MIG device NVML lists on this node
-    (by UUID, or the older MIG-GPU-<uuid>/<gpu instance>/<compute instance> form)."""
+    (by UUID, or the older MIG-GPU-<uuid>/<gpu instance>/<compute instance> form), and each
+    GRES index the map makes a slice must be one NVML lists (by GPU instance, or position)."""
     migs = facts.allocation.mig_devices if facts.allocation is not None else ()
     if any(g.mig_current and g.mig_devices is None for g in facts.physical):
         return  # a GPU in MIG mode whose slices NVML could not list: unknown
-    known = [(g, m) for g in facts.physical for m in g.mig_devices or ()]
+    known = facts.mig_devices
     for text in migs:
-        if any(_names(text, g, m) for g, m in known):
+        if any(names_mig(text, g, m) for g, m in known):
             continue
         listed = (
             f"{len(known)} MIG device(s) on this node, none of that name"
@@ -113,44 +118,44 @@ def alloc_mig(facts: Facts) -> Iterator[Observation]:
             expected="a MIG device of this node",
             found=text,
         )
-
-
-def _names(text: str, gpu: Gpu, mig: MigDevice) -> bool:
-    if text.startswith("MIG-GPU-"):  # MIG-GPU-<uuid>/<gi>/<ci>, drivers before R470
-        parts = text[4:].split("/")
-        return (
-            len(parts) == 3
-            and parts[0] == gpu.uuid
-            and parts[1:]
-            == [
-                str(mig.gpu_instance),
-                str(mig.compute_instance),
-            ]
+    for piece in facts.job_slices:
+        unit = piece.unit
+        if piece.device is not None or unit is None or not piece.gpu.mig_current:
+            continue  # found, or MIG off (mig-mode says so)
+        gi = f"GPU instance {unit.gpu_instance}" if unit.gpu_instance is not None else (
+            f"slice {unit.slice}")  # fmt: skip
+        yield Observation(
+            f"{facts.where(unit.slot.slot, piece.gpu.bus_id)}: job was given {piece.named}, the "
+            f"node map's {unit.profile} slice ({gi}), but NVML lists no such MIG device -- "
+            "recreate the slices or fix the node map and gres.conf",
+            unit.slot.slot,
+            piece.gpu.bus_id,
+            f"{unit.profile} ({gi})",
+            "none",
         )
-    return bool(mig.uuid) and mig.uuid == text
 
 
 @check(
     "alloc-model", Severity.ERROR, stage=Stage.REQUEST, needs={Need.EXPECT_MODEL, Need.ALLOCATION}
 )
 def alloc_model_mig(facts: Facts) -> Iterator[Observation]:
-    """Each MIG device the job was given is of the model (a site model per MIG profile, by
-    the name NVML gives the slice) the job asked for. Unknown slices are alloc-mig's."""
+    """Each MIG slice the job was given (a GRES index the map makes a slice, or a MIG UUID in
+    CUDA_VISIBLE_DEVICES) is of the model (a site model per MIG profile, by the name NVML gives
+    the slice) the job asked for. Slices NVML does not list are alloc-mig's."""
     wanted = facts.expect_model or ""
-    migs = facts.allocation.mig_devices if facts.allocation is not None else ()
-    known = [(g, m) for g in facts.physical for m in g.mig_devices or ()]
-    for text in migs:
-        hit = next(((g, m) for g, m in known if _names(text, g, m)), None)
-        if hit is None:
+    for piece in facts.job_slices:
+        mig = piece.device
+        if mig is None:
             continue
-        gpu, mig = hit
         found = model_for_nvml_name(mig.name, facts.models)
         if found is not None and found.casefold() == wanted.casefold():
             continue
+        gpu = piece.gpu
+        named = piece.named if piece.named == mig.uuid else f"{piece.named} ({mig.uuid or '?'})"
         shown = f"{mig.name} ({found or 'not a model of this site'})"
         yield Observation(
             f"{facts.where(facts.slot_of(gpu), gpu.bus_id)}: job asked for {wanted}, was given "
-            f"MIG device {text}: {shown}",
+            f"MIG device {named}: {shown}",
             facts.slot_of(gpu),
             gpu.bus_id,
             wanted,

@@ -2,7 +2,8 @@
 
 One frozen value per preflight. What several checks derive (which GPU sits in which slot,
 which slots the job has) is worked out here once, lazily, so the checks stay one small
-function each. Slot i is Slurm GRES index i, the i-th GPU in PCI bus order.
+function each. Slot i is Slurm GRES index i, the i-th GPU in PCI bus order, except where the
+map puts a GPU in MIG mode: there each slice is a GRES index of its own (``gres_units``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,33 @@ from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 
-from clusterjob.gpu.inventory import Gpu, GpuInventory
+from clusterjob.gpu.inventory import Gpu, GpuInventory, MigDevice
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.node.allocation import Allocation, Context
-from clusterjob.site.model import NodeGpu
+from clusterjob.site.model import GresUnit, NodeGpu, gres_units
 
-__all__ = ["Facts", "Need"]
+__all__ = ["Facts", "JobSlice", "Need"]
+
+
+@dataclass(frozen=True)
+class JobSlice:
+    """A MIG slice the job was given: named by a GRES index or a MIG UUID, with its GPU and
+    the MIG device NVML lists for it (None: NVML lists none there)."""
+
+    named: str  # "GRES index 2" or the MIG UUID of CUDA_VISIBLE_DEVICES
+    gpu: Gpu
+    device: MigDevice | None
+    unit: GresUnit | None = None  # the map's slice, when named by GRES index
+
+
+def unit_device(unit: GresUnit, gpu: Gpu) -> MigDevice | None:
+    """The MIG device NVML lists for a map slice: the one of its GPU instance id where the map
+    gives it, else the one at its position (NVML's MIG device index order)."""
+    devices = gpu.mig_devices or ()
+    if unit.gpu_instance is not None:
+        return next((m for m in devices if m.gpu_instance == unit.gpu_instance), None)
+    position = unit.slice or 0
+    return devices[position] if position < len(devices) else None
 
 
 class Need(str, Enum):
@@ -163,13 +185,62 @@ class Facts:
         return None
 
     @cached_property
+    def units(self) -> tuple[GresUnit, ...] | None:
+        """The node's GRES indices where the map puts a GPU in MIG mode (its slices count);
+        None: GRES index i is slot i."""
+        slots = self.map_slots
+        return gres_units(slots) if any(s.mig for s in slots) else None
+
+    def index_known(self, index: int) -> bool:
+        """Whether a GRES index is one of this node's (a slot, or a slice where MIG is on)."""
+        return index < len(self.units) if self.units is not None else index in self.slot_gpu
+
+    @cached_property
     def allocated_set(self) -> frozenset[int]:
-        return frozenset(self.allocated or ())
+        """The job's GPU slots: those of its GRES indices (a slice's is its GPU's)."""
+        if self.units is None:
+            return frozenset(self.allocated or ())
+        units = self.units
+        return frozenset(units[i].slot.slot for i in self.allocated or () if i < len(units))
 
     @cached_property
     def job_gpus(self) -> tuple[tuple[int, Gpu | None], ...]:
-        """The job's slots in order, each with its GPU (None: no such slot)."""
-        return tuple((s, self.slot_gpu.get(s)) for s in sorted(self.allocated_set))
+        """The whole GPUs the job was given, by slot in order, each with its GPU (None: no
+        such slot). A GPU the job has only a slice of is not here: see ``job_slices``."""
+        if self.units is None:
+            return tuple((s, self.slot_gpu.get(s)) for s in sorted(self.allocated_set))
+        units = self.units
+        whole = sorted({units[i].slot.slot for i in self.allocated or () if i < len(units)
+                        and units[i].slice is None})  # fmt: skip
+        return tuple((s, self.slot_gpu.get(s)) for s in whole)
+
+    @cached_property
+    def job_slices(self) -> tuple[JobSlice, ...]:
+        """The MIG slices the job was given: its GRES indices that are slices in the map, and
+        the MIG UUIDs of CUDA_VISIBLE_DEVICES that NVML lists; each slice once."""
+        out: list[JobSlice] = []
+        seen: set[tuple[str, int]] = set()
+        for i in sorted(set(self.allocated or ())):
+            unit = self.units[i] if self.units is not None and i < len(self.units) else None
+            gpu = self.slot_gpu.get(unit.slot.slot) if unit is not None else None
+            if unit is None or unit.slice is None or gpu is None:
+                continue
+            device = unit_device(unit, gpu)
+            if device is not None:
+                seen.add((gpu.bus_id, device.index))
+            out.append(JobSlice(f"GRES index {i}", gpu, device, unit))
+        migs = self.allocation.mig_devices if self.allocation is not None else ()
+        for text in migs:
+            hit = next(((g, m) for g, m in self.mig_devices if names_mig(text, g, m)), None)
+            if hit is not None and (hit[0].bus_id, hit[1].index) not in seen:
+                seen.add((hit[0].bus_id, hit[1].index))
+                out.append(JobSlice(text, hit[0], hit[1]))
+        return tuple(out)
+
+    @cached_property
+    def mig_devices(self) -> tuple[tuple[Gpu, MigDevice], ...]:
+        """Every MIG device NVML lists on this node, with its GPU."""
+        return tuple((g, m) for g in self.physical for m in g.mig_devices or ())
 
     def job_has(self, gpu: Gpu) -> bool | None:
         """Whether the job was given ``gpu``; None when the job's GPUs are unknown."""
@@ -196,3 +267,13 @@ class Facts:
             return "unknown GPU (NVML gave no name)"
         model = self.model_of(gpu)
         return f"{gpu.name} ({model})" if model else f"{gpu.name} (not a model of this site)"
+
+
+def names_mig(text: str, gpu: Gpu, mig: MigDevice) -> bool:
+    """Whether a CUDA_VISIBLE_DEVICES entry names ``mig``: its MIG- UUID, or the older
+    MIG-GPU-<uuid>/<gpu instance>/<compute instance> form (drivers before R470)."""
+    if text.startswith("MIG-GPU-"):
+        parts = text[4:].split("/")
+        wanted = [str(mig.gpu_instance), str(mig.compute_instance)]
+        return len(parts) == 3 and parts[0] == gpu.uuid and parts[1:] == wanted
+    return bool(mig.uuid) and mig.uuid == text

@@ -234,10 +234,11 @@ def gpu_busy(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """Compute processes on a GPU this job was given, before it starts: another job's leftover
     (or a process outside Slurm). Other jobs' GPUs are theirs to use: not looked at. Inside the
     job (preflight) the job's own earlier steps may be there: a warning only. A GPU in MIG
-    mode is shared: its processes belong to slices other jobs may hold, so it is skipped."""
+    mode is shared: its processes belong to slices other jobs may hold, so it is skipped. Each
+    process is named with its user (the owner of /proc/PID): whose job leaked onto the GPU."""
     if gpu.lost or not gpu.processes or gpu.mig_current or facts.job_has(gpu) is not True:
         return
-    procs = ", ".join(f"pid {p.pid} ({p.name or '?'})" for p in gpu.processes)
+    procs = ", ".join(f"pid {p.pid} ({p.name or '?'}, user {p.user or '?'})" for p in gpu.processes)
     what = f"{len(gpu.processes)} compute process(es) already running: {procs}"
     severity = None if facts.context is Context.PROLOG else Severity.WARNING
     found = ",".join(str(p.pid) for p in gpu.processes)
