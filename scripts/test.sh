@@ -12,6 +12,16 @@ if [ ! -r /usr/share/modules/init/bash ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q environment-modules >/dev/null ||
         echo "environment-modules not installed: the --module test uses a stand-in" >&2
 fi
+# OpenSSH's server and rsync for the --host tests: a real sshd on a loopback port fronts the
+# local cluster (started by the tests themselves, with their own config and keys).
+ssh_packages() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server openssh-client rsync \
+        >/dev/null
+}
+if { [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null; } && command -v apt-get >/dev/null; then
+    ssh_packages || { apt-get update -q >/dev/null && ssh_packages; } ||
+        echo "openssh-server/rsync not installed: the --host tests are skipped" >&2
+fi
 # Slurm's SPANK header, to build the pyxis stand-in plugin of the --container-image test.
 if [ ! -r /usr/include/slurm/spank.h ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q libslurm-dev >/dev/null ||
