@@ -36,6 +36,7 @@ LOCK_DIR = "CLUSTERJOB_LOCK_DIR"
 SANDBOX_DIR = "CLUSTERJOB_SANDBOX_DIR"
 SANDBOX_SLURM = "CLUSTERJOB_SANDBOX_SLURM"
 SANDBOX_ROOTS = "CLUSTERJOB_SANDBOX_ROOTS"
+HOST = "CLUSTERJOB_HOST"
 RUNTIME_DIR = "CLUSTERJOB_RUNTIME_DIR"
 SSH_CONFIG = "CLUSTERJOB_SSH_CONFIG"
 EXPECT_MODEL = "CLUSTERJOB_EXPECT_MODEL"
@@ -109,6 +110,13 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "`sandbox` with a `--slurm` release the host does not ship",
         "`/var/cache/clusterjob-sandbox`",
         "Where the Debian roots of other Slurm releases are built and kept.",
+    ),
+    EnvVar(
+        HOST,
+        "the job commands (`submit`, `status`, `logs`, ...) and the Python API",
+        "this machine's Slurm",
+        "The cluster behind this login node, over ssh: `[USER@]HOST[:PORT]` or the name of a "
+        "profile in `~/.config/clusterjob/hosts.yaml`. `--host` wins over it.",
     ),
     EnvVar(
         RUNTIME_DIR,

@@ -12,3 +12,7 @@ echo "----- job output (preflight report on stderr and stdout of the job) -----"
 $cj logs last --follow
 echo "----- status -----"
 $cj status last
+# The one line a person needs next: this shell's environment ends with the script.
+next="eval \"\$($PWD/.venv/bin/clusterjob sandbox env)\"; export PATH=\"$PWD/.venv/bin:\$PATH\""
+echo "----- next: type this in your shell, then use clusterjob as in the README and docs/ -----"
+echo "$next"

@@ -3,7 +3,7 @@
 # installs clusterjob and test tools, brings up the local Slurm cluster, runs pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh test
+bash scripts/bootstrap.sh test,docs
 # torchrun for the multi-node test; a CPU build of torch is enough.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 # Environment modules (Debian's, seconds to install) for the --module test; without them the
@@ -31,6 +31,9 @@ fi
 .venv/bin/mypy
 .venv/bin/ruff check clusterjob tests benchmarks examples
 .venv/bin/ruff format --check clusterjob tests benchmarks examples
+# The documentation: reference pages as the code says, and the site built strictly (seconds).
+.venv/bin/python scripts/gen_reference.py --check
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 .venv/bin/clusterjob sandbox up
 eval "$(.venv/bin/clusterjob sandbox env)"
 set +e

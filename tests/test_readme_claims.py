@@ -1,5 +1,6 @@
-"""README claims checked against the code: the example site YAML validates as copied, and the
-commands the README says take `--json` do (and the ones it names as not, do not)."""
+"""Claims of README.md and docs/ checked against the code: which commands take `--json`
+(where a page says so), the README's summary of exit codes, and no documented script with
+its `#!` after the first line. (Every block of the pages is checked by test_docs_blocks.py.)"""
 
 from __future__ import annotations
 
@@ -7,35 +8,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import typer.main
 
 from clusterjob import cli
-from clusterjob.cli import app, run
+from clusterjob.cli import app
+from clusterjob.errors import ExitCode
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def _readme() -> str:
-    return README.read_text(encoding="utf-8")
-
-
-def _site_admin_section() -> str:
-    text = _readme()
-    start = text.index("## For site admins")
-    return text[start : text.index("\n## ", start + 1)]
-
-
-def test_readme_example_site_yaml_validates(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    blocks = re.findall(r"^```yaml\n(.*?)^```$", _site_admin_section(), re.M | re.S)
-    site = tmp_path / "site.yaml"
-    site.write_text(blocks[0], encoding="utf-8")  # the first: the whole example site
-    code = run(["site", "validate", str(site)])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert out.startswith(f"{site}: ok (site mllab:"), out
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+SITE_ADMIN = REPO / "docs" / "getting-started" / "site-admin.md"
+JSON_HOWTO = REPO / "docs" / "how-to" / "json-in-scripts.md"
 
 
 def _command(words: list[str]) -> tuple[list[str], Any]:
@@ -55,12 +37,13 @@ def _takes_json(cmd: Any) -> bool:
     return any("--json" in getattr(p, "opts", ()) for p in cmd.params)
 
 
-def test_readme_json_claim_for_site_admin_commands() -> None:
-    section = _site_admin_section()
-    claim = re.search(r"^(Every one of them|Each of them but (.*?)) takes `--json`", section, re.M)
-    assert claim is not None, "the README says which of these commands take --json"
-    before = section[: claim.start()]
-    block = before[before.rindex("\n\n", 0, len(before.rstrip()) - 1) :]
+def test_site_admin_json_claim() -> None:
+    """'Each of them but X takes --json' about the block of site commands above it."""
+    page = SITE_ADMIN.read_text(encoding="utf-8")
+    claim = re.search(r"^(Every one of them|Each of them but (.*?)) takes `--json`", page, re.M)
+    assert claim is not None, "the site admin page says which of these commands take --json"
+    before = page[: claim.start()]
+    block = before[before.rindex("```sh") :]
     commands: dict[str, Any] = {}
     for line in block.splitlines():
         words = line.split()
@@ -74,15 +57,41 @@ def test_readme_json_claim_for_site_admin_commands() -> None:
     assert sorted(n for n, c in commands.items() if not _takes_json(c)) == sorted(excepted)
 
 
+def test_json_howto_lists_exactly_the_commands_that_take_json() -> None:
+    page = JSON_HOWTO.read_text(encoding="utf-8")
+    claim = re.search(r"^The commands that take `--json`: (.*?)\.$", page, re.M | re.S)
+    assert claim is not None
+    listed = re.findall(r"`([^`]+)`", claim.group(1))
+    cli._register_commands()
+    root: Any = typer.main.get_command(app)
+    with_json = []
+    stack: list[tuple[list[str], Any]] = [([], root)]
+    while stack:
+        path, cmd = stack.pop()
+        if _takes_json(cmd):
+            with_json.append(" ".join(path))
+        for name, sub in (getattr(cmd, "commands", None) or {}).items():
+            stack.append(([*path, name], sub))
+    assert sorted(listed) == sorted(with_json)
+
+
+def test_readme_exit_code_summary_names_every_code() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Exit codes") :]
+    summary = section[: section.index("\n\n", section.index("\n\n") + 2)]
+    said = [int(n) for n in re.findall(r"(?:^|; |\n)(\d+) ", summary)]
+    assert said == [int(c) for c in ExitCode], summary
+
+
 def test_no_documented_script_has_its_shebang_after_line_one() -> None:
     """A file block whose `#!` is not its first line fails as a Slurm Prolog (execv: Exec
     format error drains the node): the README once showed such a wrapper. Fenced blocks
     only; the hook wrappers themselves are written by `site install-hooks`."""
-    docs = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    docs = [README, *sorted((REPO / "docs").rglob("*.md"))]
     for doc in docs:
         blocks = re.findall(r"^```[^\n]*\n(.*?)^```$", doc.read_text(encoding="utf-8"), re.M | re.S)
         for block in blocks:
             lines = block.splitlines()
             late = [n for n, line in enumerate(lines) if line.startswith("#!") and n > 0]
             assert not late, f"{doc.name}: a block with #! on line {late[0] + 1}: {lines[0]!r}"
-    assert "site install-hooks" in _readme()
+    assert "site install-hooks" in (REPO / "docs" / "how-to" / "wire-node-checks.md").read_text()

@@ -1,0 +1,101 @@
+"""The runnable (```console) blocks of README.md and docs/, run as a reader would run them:
+each page's commands in order, in one scratch directory holding a copy of `examples/` and
+`site_configs/`, with `clusterjob` on PATH, the local cluster's environment (what
+`eval "$(clusterjob sandbox env)"` sets) and a registry of their own. Each command must
+exit with the status its block says (0 unless it ends in `# exit N`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from doc_blocks import REPO, SHELLS, all_blocks, commands
+
+from clusterjob.sandbox import cluster
+
+from .conftest import Sandbox
+
+pytestmark = pytest.mark.slurm
+
+PAGES = sorted({b.doc for b in all_blocks() if b.lang == "console"})
+
+
+def _script(page: Path) -> tuple[str, list[str]]:
+    """One bash script for the page's commands, in order, in one shell (a variable set by
+    one command is there for the next, as in a reader's terminal); after each, its exit
+    status is compared with the page's and the script stops at the first difference."""
+    lines, shown = [], []
+    for block in (b for b in all_blocks() if b.doc == page and b.lang == "console"):
+        for command in commands(block):
+            n = len(shown)
+            shown.append(f"{block.where}: `{command.text}` (the page says exit {command.expect})")
+            lines += [f"echo '>>> command {n}' >&2", command.text, "rc=$?"]
+            lines.append(
+                f'[ "$rc" -eq {command.expect} ] || {{ echo ">>> failed {n} $rc" >&2; exit 99; }}'
+            )
+    return "\n".join(lines) + "\n", shown
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
+def test_runnable_blocks_run(page: Path, sandbox: Sandbox, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    for tree in ("examples", "site_configs"):
+        shutil.copytree(REPO / tree, work / tree)
+    env = dict(os.environ, **cluster.client_env(sandbox.state_dir))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["CLUSTERJOB_DATA_DIR"] = str(tmp_path / "data")
+    env["CLUSTERJOB_STATUS_CACHE_SECONDS"] = "0"
+    for block in all_blocks():  # files the page's commands use: ```LANG title="a/relative/path"
+        if block.doc == page and block.lang not in SHELLS and block.title:
+            assert not block.title.startswith("/"), block.where
+            (work / block.title).parent.mkdir(parents=True, exist_ok=True)
+            (work / block.title).write_text(block.text, encoding="utf-8")
+    script, shown = _script(page)
+    assert shown
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=work, env=env,
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    failed = re.search(r"^>>> failed (\d+) (\d+)$", done.stderr, re.M)
+    detail = f"\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    assert failed is None, f"{shown[int(failed.group(1))]} exited {failed.group(2)}{detail}"
+    assert done.returncode == 0, detail
+    assert f">>> command {len(shown) - 1}" in done.stderr  # every command ran
+
+
+def test_quickstart_ends_with_the_line_that_makes_the_next_command_work(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The line scripts/quickstart.sh prints last, typed into a fresh shell (no clusterjob on
+    PATH, no SLURM_CONF, no site): afterwards `clusterjob` finds the local cluster's site and
+    Slurm answers. Without it, `submit` said "no site config found"."""
+    script = (REPO / "scripts" / "quickstart.sh").read_text(encoding="utf-8")
+    assert script.rstrip().endswith('echo "$next"')
+    (assign,) = [ln for ln in script.splitlines() if ln.startswith("next=")]
+    printed = subprocess.run(
+        ["bash", "-c", f'{assign}\necho "$next"'], cwd=REPO, capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    bare = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    before = subprocess.run(
+        ["bash", "-c", "clusterjob site show"], cwd=tmp_path, env=bare,
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert before.returncode != 0  # not on PATH yet
+    after = subprocess.run(
+        ["bash", "-c", f"{printed}\nclusterjob site show && sinfo -h -o %P"], cwd=tmp_path,
+        env=bare, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert "site sandbox" in after.stdout and "gpu*" in after.stdout.split()
