@@ -1,0 +1,551 @@
+"""Site loading, exact: each section's refusals as `line: key.path: message`, and the values
+of what is accepted.
+
+One valid site (tests/bad_inputs/sites/ok.yaml's) is broken in one place per case, by adding
+a section or by editing a line, and loaded in this process (the command-line corpus of
+test_bad_input.py runs in a subprocess; its site files are loaded here once more, so that the
+loader's own messages are held by in-process tests too).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_bad_input import SITE_CASES, SITES
+
+from clusterjob.site.loader import validate_site_file
+from clusterjob.site.model import CheckPolicy, JobEnvironment, OnError, PrologPolicy
+
+BASE = (SITES / "ok.yaml").read_text()
+
+
+def issues_of(tmp_path: Path, text: str) -> list[str]:
+    """The issues of a site file with ``text``, as ``line: key.path: message``; none when it
+    loads (then the site is returned through ``loaded``)."""
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    site, issues = validate_site_file(path)
+    said = [str(i).removeprefix(f"{path}:") for i in issues]
+    assert (site is None) == any(not i.warning for i in issues), said
+    return said
+
+
+def loaded(tmp_path: Path, text: str):
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    site, issues = validate_site_file(path)
+    assert site is not None, [str(i) for i in issues]
+    assert issues == []
+    return site
+
+
+ADDED = [
+    pytest.param(
+        "job: {python: bin/python}\n",
+        ["10: job.python: not an absolute path: 'bin/python'"],
+        id="job_relative_python",
+    ),
+    pytest.param(
+        "job: {venv: venv}\n",
+        ["10: job.venv: not an absolute path: 'venv'"],
+        id="job_relative_venv",
+    ),
+    pytest.param(
+        "job: {python: /usr/bin/python3, conda: torch}\n",
+        ["10: job.conda: give one of python, venv, conda (this entry also has python)"],
+        id="job_two",
+    ),
+    pytest.param(
+        "job: {venv: /v, python: /p, conda: c}\n",
+        ["10: job.venv: give one of python, venv, conda (this entry also has python)"],
+        id="job_three",
+    ),
+    pytest.param(
+        "job: {python: 3}\n",
+        ['10: job.python: expected a string, got 3 (write "3" for text)'],
+        id="job_python_int",
+    ),
+    pytest.param(
+        "job: {setup: 3}\n",
+        ["10: job.setup: expected a list of strings, got 3"],
+        id="job_setup_not_list",
+    ),
+    pytest.param(
+        'job:\n  setup: ["a\\nb", ok, "c\\rd"]\n',
+        ["11: job.setup[0]: one shell line per item", "11: job.setup[2]: one shell line per item"],
+        id="job_setup_newline",
+    ),
+    pytest.param(
+        "job:\n  setup: [ok, 3]\n",
+        ['11: job.setup[1]: expected a string, got 3 (write "3" for text)'],
+        id="job_setup_item_int",
+    ),
+    pytest.param(
+        "job: [1]\n",
+        ["10: job: expected a mapping, got a list"],
+        id="job_not_mapping",
+    ),
+    pytest.param(
+        "job:\n",
+        ["10: job: expected a mapping, got nothing (null)"],
+        id="job_null",
+    ),
+    pytest.param(
+        "prolog: {on_error: ignore}\n",
+        ["10: prolog.on_error: expected one of drain, pass, got 'ignore'"],
+        id="prolog_on_error",
+    ),
+    pytest.param(
+        "prolog: {deadline_seconds: 0}\n",
+        ["10: prolog.deadline_seconds: expected a positive number, got 0"],
+        id="prolog_deadline_zero",
+    ),
+    pytest.param(
+        "prolog: {deadline_seconds: -1}\n",
+        ["10: prolog.deadline_seconds: expected a positive number, got -1"],
+        id="prolog_deadline_neg",
+    ),
+    pytest.param(
+        "prolog: {deadline_seconds: soon}\n",
+        ["10: prolog.deadline_seconds: expected a number, got 'soon'"],
+        id="prolog_deadline_str",
+    ),
+    pytest.param(
+        "prolog: {deadline_seconds: true}\n",
+        ["10: prolog.deadline_seconds: expected a number, got true"],
+        id="prolog_deadline_true",
+    ),
+    pytest.param(
+        'prolog: {log: ""}\n',
+        ["10: prolog.log: expected a non-empty string"],
+        id="prolog_log_empty",
+    ),
+    pytest.param(
+        "prolog: 3\n",
+        ["10: prolog: expected a mapping, got 3"],
+        id="prolog_not_mapping",
+    ),
+    pytest.param(
+        "checks: {driver_min: 535}\n",
+        ['10: checks.driver_min: expected a string, got 535 (write "535" for text)'],
+        id="checks_driver_int",
+    ),
+    pytest.param(
+        'checks: {driver_min: "535.x"}\n',
+        ["10: checks.driver_min: not an NVIDIA driver version: '535.x' (e.g. \"535.104.05\")"],
+        id="checks_driver_bad",
+    ),
+    pytest.param(
+        'checks: {driver_min: "535.1.2.3"}\n',
+        ["10: checks.driver_min: not an NVIDIA driver version: '535.1.2.3' (e.g. \"535.104.05\")"],
+        id="checks_driver_4",
+    ),
+    pytest.param(
+        'checks: {cuda_min: "12.45"}\n',
+        ["10: checks.cuda_min: not a CUDA version: '12.45' (e.g. \"12.4\", quoted)"],
+        id="checks_cuda_bad",
+    ),
+    pytest.param(
+        "checks: {severity: {gpu-busy: loud}}\n",
+        ["10: checks.severity.gpu-busy: expected one of error, warning, off, got 'loud'"],
+        id="checks_sev_bad",
+    ),
+    pytest.param(
+        "checks: {severity: [gpu-busy]}\n",
+        ["10: checks.severity: expected a mapping of check id to severity, got a list"],
+        id="checks_sev_not_map",
+    ),
+    pytest.param(
+        "checks: {severity: {gpu-busy: }}\n",
+        ['10: checks.severity.gpu-busy: expected a string, got nothing (null) (write "" for text)'],
+        id="checks_sev_null",
+    ),
+    pytest.param(
+        "checks: 1\n",
+        ["10: checks: expected a mapping, got 1"],
+        id="checks_not_map",
+    ),
+    pytest.param(
+        'node_command: "  "\n',
+        ["10: node_command: expected a non-empty string"],
+        id="node_command_empty",
+    ),
+    pytest.param(
+        "node_command: 3\n",
+        ['10: node_command: expected a string, got 3 (write "3" for text)'],
+        id="node_command_int",
+    ),
+    pytest.param(
+        "defaults: {cpus_per_gpu: 0}\n",
+        ["10: defaults.cpus_per_gpu: expected an integer >= 1, got 0"],
+        id="defaults_cpus_zero",
+    ),
+    pytest.param(
+        "defaults: {cpus_per_gpu: many}\n",
+        ["10: defaults.cpus_per_gpu: expected an integer, got 'many'"],
+        id="defaults_cpus_str",
+    ),
+    pytest.param(
+        "defaults: {mem_per_gpu: 64GB}\n",
+        ["10: defaults.mem_per_gpu: not a Slurm memory size: '64GB' (e.g. 64G, 500M, 1T)"],
+        id="defaults_mem_bad",
+    ),
+    pytest.param(
+        "defaults: {time: soon}\n",
+        ["10: defaults.time: not a Slurm time: 'soon' (e.g. 1:00:00, 2-00:00:00, 30)"],
+        id="defaults_time_bad",
+    ),
+    pytest.param(
+        "defaults: {account: 7}\n",
+        ['10: defaults.account: expected a string, got 7 (write "7" for text)'],
+        id="defaults_account_int",
+    ),
+    pytest.param(
+        "defaults: 3\n",
+        ["10: defaults: expected a mapping, got 3"],
+        id="defaults_not_map",
+    ),
+    pytest.param(
+        "templates: /nonexistent/templates\n",
+        ["10: templates: not a directory: /nonexistent/templates"],
+        id="templates_missing",
+    ),
+]
+
+EDITED = [
+    pytest.param(
+        ("site: t\n", 'site: ""\n'),
+        ["1: site: expected a non-empty string"],
+        id="site_empty",
+    ),
+    pytest.param(
+        ("site: t\n", 'site: ""\n'),
+        ["1: site: expected a non-empty string"],
+        id="site_empty",
+    ),
+    pytest.param(
+        (
+            'models:\n  A100: {gres_type: a100, nvml_names: ["NVIDIA A100-SXM4-80GB"]}\n',
+            "models: {}\n",
+        ),
+        [
+            "3: models: at least one GPU model is required",
+            "8: node_map[0].gpus[0].model: unknown model 'A100'; defined models: none",
+        ],
+        id="no_models",
+    ),
+    pytest.param(
+        ('nvml_names: ["NVIDIA A100-SXM4-80GB"]', "nvml_names: []"),
+        ["4: models.A100.nvml_names: empty list"],
+        id="model_no_nvml",
+    ),
+    pytest.param(
+        (
+            'nvml_names: ["NVIDIA A100-SXM4-80GB"]}',
+            'nvml_names: ["NVIDIA A100-SXM4-80GB"], memory_gb: 0}',
+        ),
+        ["4: models.A100.memory_gb: expected an integer >= 1, got 0"],
+        id="model_memory_zero",
+    ),
+    pytest.param(
+        ('A100: {gres_type: a100, nvml_names: ["NVIDIA A100-SXM4-80GB"]}', "A100: 3"),
+        ["4: models.A100: expected a mapping, got 3"],
+        id="model_not_map",
+    ),
+    pytest.param(
+        (
+            'nvml_names: ["NVIDIA A100-SXM4-80GB"]}',
+            'nvml_names: ["NVIDIA A100-SXM4-80GB"], constraint: ""}',
+        ),
+        ["4: models.A100.constraint: expected a non-empty string"],
+        id="model_constraint_empty",
+    ),
+    pytest.param(
+        (
+            '  gpu: {nodes: "n[1-2]", default: true}\n',
+            '  gpu: {nodes: "n[1-2]", default: true}\n  g2: {nodes: "n1", default: true}\n',
+        ),
+        [
+            "7: partitions.g2.default: partition gpu is already the default (line 6); at most "
+            "one partition can be"
+        ],
+        id="partition_two_default",
+    ),
+    pytest.param(
+        ('  gpu: {nodes: "n[1-2]", default: true}\n', "  gpu: {default: true}\n"),
+        ["6: partitions.gpu.nodes: required key missing"],
+        id="partition_no_nodes",
+    ),
+    pytest.param(
+        (
+            '  gpu: {nodes: "n[1-2]", default: true}\n',
+            '  gpu: {nodes: "n[1-2]", default: true, time_limit: forever}\n',
+        ),
+        [
+            "6: partitions.gpu.time_limit: not a Slurm time limit: 'forever' (e.g. 2-00:00:00, "
+            "12:00:00, 30)"
+        ],
+        id="partition_time_bad",
+    ),
+    pytest.param(
+        ('  gpu: {nodes: "n[1-2]", default: true}\n', '  gpu: {nodes: "n[1-2]", default: yes}\n'),
+        ["6: partitions.gpu.default: expected true or false, got 'yes'"],
+        id="partition_default_str",
+    ),
+    pytest.param(
+        ('  gpu: {nodes: "n[1-2]", default: true}\n', "  gpu: 3\n"),
+        ["6: partitions.gpu: expected a mapping, got 3"],
+        id="partition_not_map",
+    ),
+    pytest.param(
+        (
+            '  gpu: {nodes: "n[1-2]", default: true}\n',
+            '  gpu: {nodes: "n[1-2]", default: true, job: {venv: rel}}\n',
+        ),
+        ["6: partitions.gpu.job.venv: not an absolute path: 'rel'"],
+        id="partition_job",
+    ),
+    pytest.param(
+        (
+            'node_map:\n  - nodes: "n[1-2]"\n    gpus: [{model: A100, bus_id: "0000:07:00.0"}]\n',
+            "node_map: {}\n",
+        ),
+        [
+            "6: partitions.gpu.nodes: not in node_map: n[1-2]",
+            "7: node_map: expected a list of {nodes, gpus} entries, got a mapping",
+        ],
+        id="node_map_not_list",
+    ),
+    pytest.param(
+        ('{model: A100, bus_id: "0000:07:00.0"}', '{bus_id: "0000:07:00.0"}'),
+        ["9: node_map[0].gpus[0].model: required key missing"],
+        id="node_map_gpu_no_model",
+    ),
+    pytest.param(
+        ('{model: A100, bus_id: "0000:07:00.0"}', "A100"),
+        ["9: node_map[0].gpus[0]: expected a mapping such as {model: A100}, got 'A100'"],
+        id="node_map_gpu_scalar",
+    ),
+    pytest.param(
+        (
+            '{model: A100, bus_id: "0000:07:00.0"}',
+            '{model: A100, bus_id: "0000:07:00.0", uuid: "GPU-zz"}',
+        ),
+        [
+            "9: node_map[0].gpus[0].uuid: not an NVML UUID: 'GPU-zz' (expected "
+            "GPU-xxxxxxxx-xxxx-...)"
+        ],
+        id="node_map_uuid_bad",
+    ),
+    pytest.param(
+        (
+            '{model: A100, bus_id: "0000:07:00.0"}',
+            '{model: A100, bus_id: "0000:07:00.0", uuid: "GPU-0123abcd"}',
+        ),
+        [
+            "9: node_map[0].gpus[0].uuid: a UUID names one GPU, but this entry covers 2 nodes "
+            "(n[1-2])"
+        ],
+        id="node_map_uuid_many",
+    ),
+    pytest.param(
+        (
+            '{model: A100, bus_id: "0000:07:00.0"}',
+            '{model: A100, bus_id: "0000:3B:00.0"}, {model: A100, bus_id: "3b:00.0"}',
+        ),
+        [
+            "9: node_map[0].gpus[1].bus_id: bus ID 0000:3b:00.0 is already used by slot 0 of "
+            "this node"
+        ],
+        id="node_map_bus_upper",
+    ),
+    pytest.param(
+        (
+            '{model: A100, bus_id: "0000:07:00.0"}',
+            '{model: A100, bus_id: "0000:0b:00.0"}, {model: A100, bus_id: "0000:07:00.0"}',
+        ),
+        [
+            "9: node_map[0].gpus[1].bus_id: GPUs must be listed in PCI bus order: 0000:07:00.0 "
+            "comes before 0000:0b:00.0 (slot 0)"
+        ],
+        id="node_map_bus_order",
+    ),
+    pytest.param(
+        ('  - nodes: "n[1-2]"\n', '  - nodes: ""\n'),
+        [
+            "6: partitions.gpu.nodes: not in node_map: n[1-2]",
+            "8: node_map[0].nodes: expected a non-empty string",
+        ],
+        id="node_map_nodes_empty",
+    ),
+    pytest.param(
+        ('  - nodes: "n[1-2]"\n    gpus: [{model: A100, bus_id: "0000:07:00.0"}]\n', "  - 3\n"),
+        [
+            "6: partitions.gpu.nodes: not in node_map: n[1-2]",
+            "8: node_map[0]: expected a mapping, got 3",
+        ],
+        id="node_map_item_scalar",
+    ),
+    pytest.param(
+        ("gpu_request: {syntax: gres, type_required: true}\n", ""),
+        ["1: gpu_request: required key missing"],
+        id="gpu_request_missing",
+    ),
+    pytest.param(
+        ("gpu_request: {syntax: gres, type_required: true}\n", "gpu_request: gres\n"),
+        ["2: gpu_request: expected a mapping, got 'gres'"],
+        id="gpu_request_not_map",
+    ),
+    pytest.param(
+        (
+            "gpu_request: {syntax: gres, type_required: true}\n",
+            "gpu_request: {type_required: true}\n",
+        ),
+        ["2: gpu_request.syntax: required key missing"],
+        id="syntax_missing",
+    ),
+]
+
+
+@pytest.mark.parametrize(("added", "expected"), ADDED)
+def test_an_added_section_is_refused_exactly(
+    tmp_path: Path, added: str, expected: list[str]
+) -> None:
+    assert issues_of(tmp_path, BASE + added) == expected
+
+
+@pytest.mark.parametrize(("edit", "expected"), EDITED)
+def test_an_edited_line_is_refused_exactly(
+    tmp_path: Path, edit: tuple[str, str], expected: list[str]
+) -> None:
+    old, new = edit
+    assert BASE.count(old) == 1
+    assert issues_of(tmp_path, BASE.replace(old, new)) == expected
+
+
+def test_the_base_site_and_its_defaults(tmp_path: Path) -> None:
+    site = loaded(tmp_path, BASE)
+    assert site.name == "t"
+    assert site.job == JobEnvironment()
+    assert site.prolog == PrologPolicy()
+    assert site.checks == CheckPolicy()
+    assert site.node_command is None
+    assert [p.name for p in site.partitions] == ["gpu"]
+    assert site.partitions[0].node_names == ("n1", "n2")
+    assert site.partitions[0].default is True
+    assert site.partitions[0].time_limit is None
+
+
+@pytest.mark.parametrize(
+    ("added", "job"),
+    [
+        (
+            'job: {python: /usr/bin/python3, setup: ["module load cuda", "x=1"]}\n',
+            JobEnvironment(python="/usr/bin/python3", setup=("module load cuda", "x=1")),
+        ),
+        ("job: {venv: /opt/venv}\n", JobEnvironment(venv="/opt/venv")),
+        ("job: {conda: torch}\n", JobEnvironment(conda="torch")),
+        ("job: {conda: envs/torch}\n", JobEnvironment(conda="envs/torch")),
+    ],
+)
+def test_the_job_section(tmp_path: Path, added: str, job: JobEnvironment) -> None:
+    assert loaded(tmp_path, BASE + added).job == job
+
+
+@pytest.mark.parametrize(
+    ("added", "prolog"),
+    [
+        (
+            "prolog: {on_error: pass, deadline_seconds: 7.5, log: /var/log/p.jsonl}\n",
+            PrologPolicy(OnError.PASS, 7.5, "/var/log/p.jsonl"),
+        ),
+        ("prolog: {deadline_seconds: 30}\n", PrologPolicy(OnError.DRAIN, 30.0)),
+        ("prolog: {on_error: drain}\n", PrologPolicy(OnError.DRAIN)),
+        ("prolog: {log: p.jsonl}\n", PrologPolicy(log_path="p.jsonl")),
+    ],
+)
+def test_the_prolog_section(tmp_path: Path, added: str, prolog: PrologPolicy) -> None:
+    got = loaded(tmp_path, BASE + added).prolog
+    assert got == prolog
+    assert type(got.deadline_seconds) is float
+
+
+def test_the_checks_section(tmp_path: Path) -> None:
+    site = loaded(
+        tmp_path,
+        BASE + 'checks: {driver_min: "535.104.05", cuda_min: "12.4", '
+        "severity: {gpu-busy: off, gpu-hot: warning}}\n",
+    )
+    assert site.checks.driver_min == "535.104.05"
+    assert site.checks.cuda_min == "12.4"
+    assert dict(site.checks.severity) == {"gpu-busy": "off", "gpu-hot": "warning"}
+
+
+@pytest.mark.parametrize("driver", ["535", "535.104", "535.104.05"])
+def test_driver_versions_of_one_to_three_parts(tmp_path: Path, driver: str) -> None:
+    site = loaded(tmp_path, BASE + f'checks: {{driver_min: "{driver}"}}\n')
+    assert site.checks.driver_min == driver
+
+
+@pytest.mark.parametrize(
+    "command", ["/opt/cj/bin/clusterjob --x 'a b'", "bin/clusterjob", "clusterjob"]
+)
+def test_the_node_command(tmp_path: Path, command: str) -> None:
+    site = loaded(tmp_path, BASE + f'node_command: "{command}"\n')
+    assert site.node_command == command
+
+
+def test_the_site_defaults(tmp_path: Path) -> None:
+    site = loaded(
+        tmp_path,
+        BASE + "defaults: {account: ml, qos: normal, cpus_per_gpu: 8, mem_per_gpu: 64G, "
+        'time: "1:00:00"}\n',
+    )
+    d = site.defaults
+    assert (d.account, d.qos, d.cpus_per_gpu, d.mem_per_gpu, d.time) == (
+        "ml",
+        "normal",
+        8,
+        "64G",
+        "1:00:00",
+    )
+
+
+def test_a_partitions_time_limit(tmp_path: Path) -> None:
+    text = BASE.replace("default: true}", 'default: true, time_limit: "2-00:00:00"}')
+    assert loaded(tmp_path, text).partitions[0].time_limit == "2-00:00:00"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "bus_ids"),
+    [
+        ('{model: A100, bus_id: "07:00.0"}, {model: A100, bus_id: "0000:0A:00.0"}',
+         ("0000:07:00.0", "0000:0a:00.0")),
+        ('{model: A100, bus_id: " 0000:0b:00.1 "}', ("0000:0b:00.1",)),
+        ('{model: A100, bus_id: "0000:0b:00.0"}, {model: A100}', ("0000:0b:00.0", None)),
+        ("{model: A100}, {model: A100}", (None, None)),
+    ],
+)  # fmt: skip
+def test_bus_ids_are_normalised(tmp_path: Path, gpus: str, bus_ids: tuple) -> None:
+    text = BASE.replace('{model: A100, bus_id: "0000:07:00.0"}', gpus)
+    site = loaded(tmp_path, text)
+    slots = site.node_map.gpus("n1")
+    assert slots is not None
+    assert tuple(s.bus_id for s in slots) == bus_ids
+    assert tuple(s.slot for s in slots) == tuple(range(len(bus_ids)))
+    assert site.node_map.gpus("n2") == slots
+
+
+@pytest.mark.parametrize("name", sorted(SITE_CASES))
+def test_the_command_line_corpus_in_process(name: str) -> None:
+    """test_bad_input.py's site files, loaded here: the same line and message."""
+    line, message = SITE_CASES[name]
+    path = SITES / f"{name}.yaml"
+    site, issues = validate_site_file(path)
+    assert site is None
+    errors = [i for i in issues if not i.warning]
+    assert errors, name
+    first = errors[0]
+    assert first.line == line
+    assert message in f"{first.key_path}: {first.message}" or message in first.message
