@@ -29,7 +29,7 @@ UNTYPED_FEATURE = replace(A100, gres_type=None, constraint="a100_80g")
 
 
 def test_names_in_listing_order() -> None:
-    assert syntax_names() == ("gres", "gres+constraint", "gpus-per-node", "gpus")
+    assert syntax_names() == ("gres", "gres+constraint", "gpus-per-node", "gpus", "none")
     assert [s.name for s in registered()] == list(syntax_names())
 
 
@@ -206,7 +206,7 @@ def test_unknown_name_is_rejected_with_the_valid_ones(tmp_path: Path) -> None:
     assert site is None
     assert [str(i) for i in issues] == [
         f"{path}:2: gpu_request.syntax: expected one of gres, gres+constraint, gpus-per-node, "
-        "gpus, got 'gress'"
+        "gpus, none, got 'gress'"
     ]
 
 

@@ -375,3 +375,74 @@ def test_substring_warning_can_be_silenced_per_type(tmp_path: Path) -> None:
     assert any("is a substring of" in i for i in issues(path))
     path = make(tmp_path, model=model + "    gres_type_overlap: true\n")
     assert not any("is a substring of" in i for i in issues(path))
+
+
+# -- 8. no GPU option; 9. model groups ------------------------------------------------------------
+
+
+def test_no_gpu_option_the_partition_gives_whole_nodes(tmp_path: Path) -> None:
+    path = make(tmp_path, syntax="none", typed="false")
+    assert any("required when gpu_request.syntax is none" in i for i in issues(path))
+    site = load_site(make(tmp_path, syntax="none", typed="false", partition="    gpus_per_node: 4"))
+    lines = directives(site, gpus=4)
+    assert not any(x.startswith(("--gres", "--gpus")) for x in lines)
+    job = resolve(site, JobRequest("t.py", gpus=4, model="V100", token=TOKEN))
+    script = render(site, job, python="/usr/bin/python3").script
+    assert "export CLUSTERJOB_EXPECT_COUNT=4" in script
+    with pytest.raises(UsageError, match="whole nodes of 4 GPUs"):
+        directives(site, gpus=1)
+
+
+GROUPS = """\
+  V100-32GB:
+    gres_type: v100
+    nvml_names: ["Tesla V100-SXM2-32GB-x"]
+    constraint: v100-32g
+  A100:
+    gres_type: a100
+    nvml_names: ["NVIDIA A100-SXM4-80GB"]
+    constraint: a100
+model_groups:
+  any-V100:
+    aliases: [v100-any]
+    models: [V100, V100-32GB]
+"""
+
+
+def test_a_model_group_is_an_or_of_features(tmp_path: Path) -> None:
+    text = make(tmp_path, typed="false", model="    constraint: v100-16g\n" + GROUPS).read_text()
+    text = text.replace('  - nodes: "n[1-4]"', '  - nodes: "n[1-2]"').replace(
+        "gpus: [{model: V100}, {model: V100}, {model: V100}, {model: V100}]\n",
+        "gpus: [{model: V100}, {model: V100}, {model: V100}, {model: V100}]\n"
+        '  - nodes: "n3"\n    gpus: [{model: V100-32GB}]\n'
+        '  - nodes: "n4"\n    gpus: [{model: A100}]\n',
+    )
+    path = tmp_path / "g.yaml"
+    path.write_text(text)
+    site = load_site(path)
+    lines = directives(site, model="v100-any")
+    assert "--constraint=[v100-16g|v100-32g]" in lines
+    assert "--gres=gpu:v100:1" in lines
+
+
+def test_a_group_only_of_the_partitions_models_needs_no_feature(tmp_path: Path) -> None:
+    text = make(tmp_path, typed="false", model="    constraint: v100-16g\n" + GROUPS).read_text()
+    text = text.replace(
+        "gpus: [{model: V100}, {model: V100}, {model: V100}, {model: V100}]\n",
+        "gpus: [{model: V100}, {model: V100}, {model: V100}, {model: V100}]\n"
+        '  - nodes: "n5"\n    gpus: [{model: V100-32GB}]\n',
+    ).replace('nodes: "n[1-4]"\n    default', 'nodes: "n[1-5]"\n    default')
+    path = tmp_path / "g.yaml"
+    path.write_text(text)
+    lines = directives(load_site(path), model="any-V100")
+    assert not any(x.startswith("--constraint") for x in lines)
+
+
+def test_a_group_the_syntax_cannot_ask_for_is_a_config_error(tmp_path: Path) -> None:
+    model = "  H100:\n    gres_type: h100\n    nvml_names: [H]\nmodel_groups:\n  any:\n"
+    path = make(tmp_path, model=model + "    models: [V100, H100]")
+    assert any("GRES types differ and this site requires one" in i for i in issues(path))
+    path = make(tmp_path, typed="false", model=model + "    models: [V100, H100]")
+    assert any("share no GRES type" in i for i in issues(path))
+    path = make(tmp_path, model=model + "    models: [V100, P100]")
+    assert any("unknown model 'P100'" in i for i in issues(path))

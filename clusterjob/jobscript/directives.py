@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clusterjob.errors import UsageError
-from clusterjob.site.model import JobDefaults, Partition, QosRule
+from clusterjob.site.model import GpuModel, JobDefaults, ModelGroup, Partition, QosRule
 from clusterjob.slurm.syntax import sbatch_option_name, time_seconds
 
 # One GRES: name[:type][:count] (sbatch --gres list item), e.g. nvme:10, gpu:a100:2, bandwidth.
@@ -227,3 +227,36 @@ def time_problem(partition: Partition, seconds: int | None, shown: str) -> str |
             f"{partition.time_limit}"
         )
     return None
+
+
+# -- model groups ------------------------------------------------------------------------------
+
+
+def group_model(group: ModelGroup, members: Sequence[GpuModel]) -> GpuModel:
+    """A model group as one model to ask for: the GRES type its models share (else untyped),
+    and where each has a node feature, their OR in brackets (Slurm's matching OR: all nodes
+    of the job with the same one)."""
+    types = {m.gres_type for m in members}
+    features = [m.constraint for m in members if m.constraint]
+    constraint = None
+    if len(features) == len(members):
+        constraint = "[" + "|".join(features) + "]"
+    return GpuModel(
+        name=group.name,
+        aliases=group.aliases,
+        gres_type=types.pop() if len(types) == 1 else None,
+        nvml_names=tuple(n for m in members for n in m.nvml_names),
+        constraint=constraint,
+        vendor=members[0].vendor,
+        members=group.models,
+    )
+
+
+def without_group_feature(model: GpuModel, node_models: Iterable[tuple[str, ...]]) -> GpuModel:
+    """A group's feature is left out where every node of the partition has only its models
+    (Jean Zay: "any V100" on the V100 partition is no constraint at all)."""
+    if not model.members or model.constraint is None:
+        return model
+    if all(set(models) <= set(model.members) for models in node_models):
+        return replace(model, constraint=None)
+    return model

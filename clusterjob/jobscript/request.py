@@ -139,7 +139,8 @@ class ResolvedJob:
 
 
 def _model_count(site: Site, node: str, model: str) -> int:
-    return site.gres_models(node).count(model)  # a MIG slice counts for its slice model
+    found = site.gres_models(node)  # a MIG slice counts for its slice model
+    return sum(found.count(m) for m in site.members(model))  # a group: any of its models
 
 
 def _nodes_with_model(site: Site, model: str, among: tuple[str, ...] | None = None) -> list[str]:
@@ -236,6 +237,9 @@ def _find_model(site: Site, request: JobRequest) -> GpuModel:
             f"--model is required at site {site.name}; this site has: {_model_list(site)}"
         )
     model = site.model(request.model)
+    group = site.group(request.model) if model is None else None
+    if group is not None:
+        return directives.group_model(group, [site.model_by_name(m) for m in group.models])
     if model is None:
         raise UsageError(
             f"unknown GPU model {request.model!r} at site {site.name}; "
@@ -737,6 +741,9 @@ def resolve(
         model = _find_model(site, request)
         _within_model_cap(model, request)
         partition, eligible = _choose_partition(site, model, request)
+        if site.gpu_syntax.name != "gres+constraint":  # that syntax needs the feature
+            nodes = (site.gres_models(n) for n in partition.node_names)
+            model = directives.without_group_feature(model, (m for m in nodes if m))
     defaults = directives.effective_defaults(
         site.defaults, partition.defaults, model.defaults if model else JobDefaults()
     )

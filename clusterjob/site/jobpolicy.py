@@ -21,7 +21,9 @@ from clusterjob.site.model import (
     MULTI_NODE_FORMS,
     PREFLIGHT_MODES,
     SUBMIT_AS,
+    GpuModel,
     JobDefaults,
+    ModelGroup,
     Partition,
     QosRule,
     RequestForm,
@@ -265,13 +267,24 @@ def check_partition(
     name_line: int,
     gpu_counts: Mapping[str, int],
     site_defaults: JobDefaults,
+    *,
+    whole_nodes: bool = False,
 ) -> None:
     """Contradictions inside one partition: limits no job can meet, a default time past the
-    limit, a whole-node size its nodes do not have."""
+    limit, a whole-node size its nodes do not have. ``whole_nodes`` (the ``none`` syntax: no
+    GPU option, the partition implies the GPUs): a GPU partition must say how many."""
     path = f"partitions.{partition.name}"
 
     def line(key: str) -> int:
         return fields_lines.get(key, name_line)
+
+    if whole_nodes and partition.gpus_per_node is None and any(gpu_counts.values()):
+        v.error(
+            name_line,
+            join_path(path, "gpus_per_node"),
+            "required when gpu_request.syntax is none: the GPUs each job gets on a node "
+            "(the preflight checks that many)",
+        )
 
     exact = partition.gpus_per_node
     if exact is not None:
@@ -326,4 +339,86 @@ def constraint_problem(text: str) -> str | None:
             break
     if depth != 0:
         return f"unbalanced brackets in {text!r}"
+    return None
+
+
+def read_model_groups(
+    v: Validator,
+    entry: Entry | None,
+    models: list[GpuModel],
+    syntax_name: str | None,
+    type_required: bool,
+) -> tuple[ModelGroup, ...]:
+    """``model_groups:``: each names models that exist, its names collide with no model's,
+    and the site's syntax can ask for "any of them" (one shared GRES type, or every member
+    with a node feature to OR)."""
+    if entry is None:
+        return ()
+    named = v.any_mapping(entry.value, "model_groups", "a mapping of group name to group")
+    if named is None:
+        return ()
+    by_name = {m.name: m for m in models}
+    taken = {n.casefold(): m.name for m in models for n in (m.name, *m.aliases)}
+    groups: list[ModelGroup] = []
+    for name, item in named.items():
+        path = join_path("model_groups", name)
+        fields = v.mapping(item.value, path, schema.MODEL_GROUP.key_table())
+        if fields is None:
+            continue
+        aliases = read_key(fields, "aliases", v.string_list, path) or []
+        members = read_key(fields, "models", v.string_list, path)
+        if members is None:
+            continue
+        bad = False
+        for i, (text, node) in enumerate([(name, item.key), *aliases]):
+            if text.casefold() in taken:
+                where = path if i == 0 else f"{path}.aliases[{i - 1}]"
+                v.error(
+                    line_of(node), where, f"{text!r} already names model {taken[text.casefold()]}"
+                )
+                bad = True
+        found: list[GpuModel] = []
+        for i, (text, node) in enumerate(members):
+            if text not in by_name:
+                v.error(
+                    line_of(node),
+                    f"{path}.models[{i}]",
+                    f"unknown model {text!r}; defined models: {', '.join(by_name) or 'none'}",
+                )
+                bad = True
+            else:
+                found.append(by_name[text])
+        line = key_line(fields, "models") or line_of(item.key)
+        if not bad and len(found) < 2:
+            v.error(line, join_path(path, "models"), "a group needs two models or more")
+            bad = True
+        if not bad:
+            problem = _group_problem(found, syntax_name, type_required)
+            if problem:
+                v.error(line, join_path(path, "models"), problem)
+                bad = True
+        if not bad:
+            groups.append(
+                ModelGroup(name, tuple(a for a, _ in aliases), tuple(m.name for m in found))
+            )
+    return tuple(groups)
+
+
+def _group_problem(
+    members: list[GpuModel], syntax_name: str | None, type_required: bool
+) -> str | None:
+    types = {m.gres_type for m in members}
+    features = all(m.constraint for m in members)
+    if type_required and len(types) > 1 and syntax_name != "gres+constraint":
+        return (
+            "the models' GRES types differ and this site requires one in every request: a "
+            "group is asked for by one shared type or by node features"
+        )
+    if len(types) > 1 and not features:
+        return (
+            "the models share no GRES type and not every one has a constraint: the group "
+            "cannot be asked for as one request"
+        )
+    if syntax_name == "gres+constraint" and not features:
+        return "with gres+constraint every model of a group needs its constraint"
     return None

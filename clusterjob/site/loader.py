@@ -784,6 +784,9 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
     if "models" in top and isinstance(top["models"].value, MappingNode):
         defined = _defined_models(top, models)
 
+    groups = jobpolicy.read_model_groups(
+        v, top.get("model_groups"), models, syntax.name if syntax else None, type_required
+    )
     node_map = NodeMap({}, {})
     if "node_map" in top:
         node_map = _read_node_map(v, top["node_map"].value, defined)
@@ -795,7 +798,13 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
             partition = read.partition
             counts = {n: len(node_map.nodes.get(n) or ()) for n in partition.node_names}
             jobpolicy.check_partition(
-                v, partition, read.lines, read.name_line, counts, site_defaults
+                v,
+                partition,
+                read.lines,
+                read.name_line,
+                counts,
+                site_defaults,
+                whole_nodes=syntax is not None and syntax.name == "none",
             )
             missing = [n for n in partition.node_names if n not in node_map.lines]
             if missing and "node_map" in top:
@@ -849,6 +858,7 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         defaults=site_defaults,
         preflight=preflight if isinstance(preflight, str) else "required",
         form=form,
+        model_groups=groups,
     )
 
 

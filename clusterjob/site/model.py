@@ -36,6 +36,7 @@ class GpuModel:
     vendor: str = "nvidia"  # VENDORS
     defaults: JobDefaults = field(default_factory=lambda: JobDefaults())  # over the partition's
     gres_type_overlap: bool = False  # True: its type is a substring of another's on purpose
+    members: tuple[str, ...] = ()  # a model group ("any V100"): the models it stands for
     max_per_job: int | None = None  # the most one job may ask for (e.g. of a MIG slice)
 
     def matches(self, name: str) -> bool:
@@ -81,6 +82,20 @@ CPU_FORMS = ("cpus-per-gpu", "cpus-per-task")
 MEMORY_FORMS = ("mem-per-gpu", "mem")
 # A --gpus total over several nodes: split per node (--gpus-per-node), or kept as a total.
 MULTI_NODE_FORMS = ("per-node", "total")
+
+
+@dataclass(frozen=True)
+class ModelGroup:
+    """Several models a job may take any one of ("any V100": 16 or 32 GB), asked for as one
+    GRES type they share or as an OR of their node features (``[v100-16g|v100-32g]``)."""
+
+    name: str
+    aliases: tuple[str, ...]
+    models: tuple[str, ...]  # canonical model names
+
+    def matches(self, name: str) -> bool:
+        wanted = name.casefold()
+        return wanted == self.name.casefold() or any(wanted == a.casefold() for a in self.aliases)
 
 
 @dataclass(frozen=True)
@@ -294,6 +309,16 @@ class Site:
     defaults: JobDefaults = field(default_factory=JobDefaults)  # partitions, models over it
     preflight: str = "required"  # PREFLIGHT_MODES; partitions may override
     form: RequestForm = field(default_factory=RequestForm)
+    model_groups: tuple[ModelGroup, ...] = ()
+
+    def group(self, name: str) -> ModelGroup | None:
+        """The model group called ``name`` or one of its aliases, case-insensitively."""
+        return next((g for g in self.model_groups if g.matches(name)), None)
+
+    def members(self, model: str) -> tuple[str, ...]:
+        """The models a (canonical) model or group name stands for."""
+        found = next((g for g in self.model_groups if g.name == model), None)
+        return found.models if found is not None else (model,)
 
     def model(self, name: str) -> GpuModel | None:
         """The model called ``name`` or one of its aliases, case-insensitively."""

@@ -134,7 +134,8 @@ GPU_REQUEST = Section(
             CHOICE,
             "The sbatch options that ask for GPUs: `gres` (`--gres=gpu:TYPE:N` per node), "
             "`gres+constraint` (`--gres=gpu:N --constraint=FEATURE`), `gpus-per-node` "
-            "(`--gpus-per-node=TYPE:N`), `gpus` (`--gpus=TYPE:N`, the job's total).",
+            "(`--gpus-per-node=TYPE:N`), `gpus` (`--gpus=TYPE:N`, the job's total), `none` (no "
+            "GPU option: each GPU partition gives whole nodes, `gpus_per_node` says how many).",
             required=True,
             choices=_syntax_names,
             example="gres",
@@ -348,6 +349,18 @@ CHECKS = Section(
     also_at=("partitions.NAME.checks",),
 )
 
+MODEL_GROUP = Section(
+    "model_group",
+    "model_groups.NAME",
+    'Several models a job may take any one of ("any V100", 16 or 32 GB): `--model NAME` '
+    "asks for the GRES type they share, or for the OR of their node features in brackets "
+    "(`[v100-16g|v100-32g]`: every node of the job the same one).",
+    (
+        Key("aliases", STRING_LIST, "Other names `--model` accepts, case-insensitively."),
+        Key("models", STRING_LIST, "The models it stands for (canonical names).", required=True),
+    ),
+)
+
 PARTITION = Section(
     "partition",
     "partitions.NAME",
@@ -492,6 +505,12 @@ SITE = Section(
             required=True,
             section=MODEL,
         ),
+        Key(
+            "model_groups",
+            NAMED,
+            "Names for several models at once, by group name.",
+            section=MODEL_GROUP,
+        ),
         Key("partitions", NAMED, "The partitions, by Slurm name.", section=PARTITION),
         Key(
             "node_map",
@@ -526,6 +545,7 @@ SECTIONS: tuple[Section, ...] = (
     SITE,
     GPU_REQUEST,
     MODEL,
+    MODEL_GROUP,
     PARTITION,
     DEFAULTS,
     QOS_RULE,
