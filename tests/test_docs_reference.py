@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from clusterjob import envvars
 from clusterjob.cli import run
 from clusterjob.envvars import ENV_VARS
 from clusterjob.errors import ExitCode
@@ -105,16 +106,22 @@ def test_every_command_and_option_has_an_entry() -> None:
 
 
 _ENV_NAME = re.compile(r"\b(?:CLUSTERJOB_[A-Z0-9_]+|FAKE_NVML_[A-Z0-9_]+)\b")
+_ENV_CONSTANT = re.compile(r"\benvvars\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _env_names_in_code() -> set[str]:
-    """Every CLUSTERJOB_* (and the stand-in's FAKE_NVML_*) name the package, its C stand-in
-    and its templates mention, and every envvar= of a command-line option."""
+    """Every variable the code names: a CLUSTERJOB_* (or the stand-in's FAKE_NVML_*) name
+    written out in the package (but its table, envvars.py), its C stand-in or its templates,
+    a constant of the table the code uses (``envvars.DATA_DIR``), and every envvar= of a
+    command-line option."""
     names: set[str] = set()
-    files = [*(REPO / "clusterjob").rglob("*.py"), *(REPO / "clusterjob").rglob("*.c")]
-    files += list((REPO / "templates").rglob("*.j2"))
+    package = REPO / "clusterjob"
+    files = [p for p in package.rglob("*.py") if p != package / "envvars.py"]
+    files += [*package.rglob("*.c"), *(REPO / "templates").rglob("*.j2")]
     for path in files:
-        names |= set(_ENV_NAME.findall(path.read_text(encoding="utf-8")))
+        text = path.read_text(encoding="utf-8")
+        names |= set(_ENV_NAME.findall(text))
+        names |= {getattr(envvars, c) for c in _ENV_CONSTANT.findall(text) if c.isupper()}
     for _, cmd in gen.walk_commands(gen.cli_root()):
         for param in cmd.params:
             envvar = param.envvar

@@ -32,12 +32,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from clusterjob import envvars
 from clusterjob.errors import SlurmError, UsageError
 from clusterjob.slurm import ssh
 from clusterjob.slurm.runner import SshTransport
 from clusterjob.slurm.ssh import SshTarget
 
-HOST_ENV = "CLUSTERJOB_HOST"
+HOST_ENV = envvars.HOST
 HOSTS_FILE = "hosts.yaml"
 SITE_CACHE_SECONDS = 3600.0
 DEFAULT_REMOTE_ROOT = "clusterjob"  # remote_dir default: ~/clusterjob/<local dir's name>

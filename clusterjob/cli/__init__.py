@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from typer.exceptions import TyperException
 
-from clusterjob import __version__
+from clusterjob import __version__, envvars
 from clusterjob.errors import (
     ClusterjobError,
     ConfigError,
@@ -132,7 +132,7 @@ def _show_debug_log() -> None:
 
 def run(argv: list[str]) -> int:
     """Run the app on ``argv``; map every outcome to an exit code. ``--debug`` shows tracebacks."""
-    debug = "--debug" in argv or os.environ.get("CLUSTERJOB_DEBUG") == "1"
+    debug = "--debug" in argv or os.environ.get(envvars.DEBUG) == "1"
     argv = [a for a in argv if a != "--debug"]
     if debug:  # a bug report then says which clusterjob and Python it came from
         err(f"debug: clusterjob {__version__}, Python {sys.version.split()[0]}, {sys.executable}")

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from clusterjob import envvars
+
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` loads neither YAML nor Slurm code
     from clusterjob.api.cluster import Cluster
     from clusterjob.site.model import Site
@@ -69,7 +71,7 @@ def load_site(spec: str | None, *, slurm_budget: float | None = None) -> Site:
 def load_named_site(spec: str | None) -> Site | None:
     """The site of a command that needs none (workstation mode): only when ``--site`` or
     ``$CLUSTERJOB_SITE`` names one; no Slurm is asked and no default file is read."""
-    if not (spec or os.environ.get("CLUSTERJOB_SITE")):
+    if not (spec or os.environ.get(envvars.SITE)):
         return None
     from clusterjob.site.discovery import find_site
     from clusterjob.site.loader import load_site as load_file

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from clusterjob import envvars
 from clusterjob.cli import app
 from clusterjob.errors import PreflightFailed
 
@@ -21,11 +22,11 @@ def preflight(
     ] = None,
     expect_model: Annotated[
         str | None,
-        typer.Option(help="GPU model the job asked for.", envvar="CLUSTERJOB_EXPECT_MODEL"),
+        typer.Option(help="GPU model the job asked for.", envvar=envvars.EXPECT_MODEL),
     ] = None,
     expect_count: Annotated[
         int | None,
-        typer.Option(help="GPUs the job asked for on this node.", envvar="CLUSTERJOB_EXPECT_COUNT"),
+        typer.Option(help="GPUs the job asked for on this node.", envvar=envvars.EXPECT_COUNT),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:

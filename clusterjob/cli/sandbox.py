@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from clusterjob import envvars
 from clusterjob.cli import sandbox_app
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the sandbox
@@ -31,7 +32,7 @@ Slurm = Annotated[
         "--slurm",
         help="Slurm release: 22.05, 24.11 or 26.05; one the host does not ship runs in a "
         "Debian root of its own [env CLUSTERJOB_SANDBOX_SLURM; default: the host's Slurm]",
-        envvar="CLUSTERJOB_SANDBOX_SLURM",
+        envvar=envvars.SANDBOX_SLURM,
         show_default=False,
     ),
 ]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterjob import envvars
 from clusterjob.jobscript.render import default_node_command
 from clusterjob.jobscript.request import ResolvedJob
 from clusterjob.jobscript.shell import shell_join
@@ -57,11 +58,11 @@ def shell_session(
     ):
         if value is not None:
             options.append(f"--{name}={value}")
-    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CLUSTERJOB_SITE": str(Path(site.source).resolve())}
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", envvars.SITE: str(Path(site.source).resolve())}
     preflight: list[str] = []
     if job.model is not None:
-        env["CLUSTERJOB_EXPECT_MODEL"] = job.model.name
-        env["CLUSTERJOB_EXPECT_COUNT"] = str(job.gpus_per_node)
+        env[envvars.EXPECT_MODEL] = job.model.name
+        env[envvars.EXPECT_COUNT] = str(job.gpus_per_node)
         preflight = [str(w) for w in (node_command or default_node_command(site))]
     inner = ("bash", "-c", _ON_NODE, "clusterjob-shell", str(len(preflight)), *preflight)
     return ShellSession(tuple(options), (*inner, *command), env)

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
+from clusterjob import envvars
 from clusterjob.errors import RegistryCorrupt, RegistryError, UsageError
 from clusterjob.jobs.private_files import ensure_private_dir, narrow_to_owner, owner_only_umask
 
@@ -61,7 +62,7 @@ CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 
 def data_dir() -> Path:
     """Where clusterjob keeps its registry, job scripts and status cache."""
-    override = os.environ.get("CLUSTERJOB_DATA_DIR")
+    override = os.environ.get(envvars.DATA_DIR)
     if override:
         return Path(override)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

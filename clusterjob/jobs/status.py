@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from clusterjob import envvars
 from clusterjob.errors import UsageError
 from clusterjob.jobs.explain import explain, is_pending_reason
 from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir
@@ -74,7 +75,7 @@ class StatusCache:
     ) -> None:
         # one file per host (``--host``): the same job id names other jobs on another cluster
         self.path = path or data_dir() / (CACHE_FILE if not host else _host_cache_file(host))
-        env_ttl = os.environ.get("CLUSTERJOB_STATUS_CACHE_SECONDS")
+        env_ttl = os.environ.get(envvars.STATUS_CACHE_SECONDS)
         self.ttl = ttl if ttl is not None else _seconds(env_ttl, DEFAULT_CACHE_SECONDS)
 
     def _load(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterjob import envvars
 from clusterjob.errors import ClusterjobError, UsageError
 from clusterjob.sandbox import config, host
 
@@ -81,7 +82,7 @@ class Release:
 
 
 def roots_dir() -> Path:
-    env = os.environ.get("CLUSTERJOB_SANDBOX_ROOTS")
+    env = os.environ.get(envvars.SANDBOX_ROOTS)
     return Path(env).absolute() if env else DEFAULT_ROOTS_DIR
 
 
@@ -292,9 +293,9 @@ def inside_env(rel: Release, extra: Mapping[str, str] | None = None) -> dict[str
         if name.startswith("CLUSTERJOB_") or name in ("TERM", "COLUMNS"):
             env[name] = value
     env.update(cluster.client_env(rel.state_dir))
-    env["CLUSTERJOB_SANDBOX_DIR"] = str(rel.state_dir)
-    env.pop("CLUSTERJOB_SANDBOX_ROOTS", None)
-    env.pop("CLUSTERJOB_SANDBOX_SLURM", None)
+    env[envvars.SANDBOX_DIR] = str(rel.state_dir)
+    env.pop(envvars.SANDBOX_ROOTS, None)
+    env.pop(envvars.SANDBOX_SLURM, None)
     env.update(extra or {})
     return env
 

@@ -25,10 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from clusterjob import envvars
 from clusterjob.errors import ClusterjobError
 
 LIBRARY_NAME = "libnvidia-ml.so.1"
-SCENARIO_ENV = "FAKE_NVML_SCENARIO"
+SCENARIO_ENV = envvars.NVML_SCENARIO
 SOURCE = Path(__file__).with_name("standin_nvml.c")
 
 INIT_ERRORS = (

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from clusterjob import envvars
 from clusterjob.errors import ClusterjobError, SiteNotFound
 from clusterjob.resources import site_configs_dir
 
@@ -112,9 +113,9 @@ def find_site(
     """
     if spec:
         return _resolve_spec(spec, "--site", environ, etc_dir)
-    env_spec = environ.get("CLUSTERJOB_SITE")
+    env_spec = environ.get(envvars.SITE)
     if env_spec:
-        return _resolve_spec(env_spec, "CLUSTERJOB_SITE", environ, etc_dir)
+        return _resolve_spec(env_spec, envvars.SITE, environ, etc_dir)
     tried = ["--site (not given)", "CLUSTERJOB_SITE (not set)"]
     for default in (user_config_dir(environ) / "site.yaml", etc_dir / "site.yaml"):
         if default.is_file():

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from clusterjob import envvars
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
 from clusterjob.slurm.ssh import SSH_LOST, SshTarget, ssh_argv, ssh_failure
 
@@ -53,7 +54,7 @@ NO_CONFIG_MARKERS = (
 
 DEFAULT_TIMEOUT = 30.0  # one attempt; Slurm clients wait MessageTimeout (10 s) per RPC try
 DEFAULT_RETRY_WINDOW = 60.0  # overall deadline when the caller retries without giving one
-DEADLINE_ENV = "CLUSTERJOB_SLURM_DEADLINE"
+DEADLINE_ENV = envvars.SLURM_DEADLINE
 
 
 def deadline_from_env() -> float | None:

@@ -28,13 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterjob import envvars
 from clusterjob.errors import SshError, UsageError
 
 SSH_LOST = "ssh connection to the cluster failed"  # a transient marker (runner.TRANSIENT_MARKERS)
 CONTROL_PERSIST = "600"  # seconds the shared connection outlives its last command
 CONNECT_TIMEOUT = "20"
-RUNTIME_DIR_ENV = "CLUSTERJOB_RUNTIME_DIR"
-SSH_CONFIG_ENV = "CLUSTERJOB_SSH_CONFIG"  # an ssh_config file (-F) instead of ~/.ssh/config
+RUNTIME_DIR_ENV = envvars.RUNTIME_DIR
+SSH_CONFIG_ENV = envvars.SSH_CONFIG  # an ssh_config file (-F) instead of ~/.ssh/config
 
 _SPEC = re.compile(
     r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?"

@@ -33,9 +33,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterjob import envvars
 from clusterjob.errors import ClusterjobError, printable
 
-LOCK_DIR_ENV = "CLUSTERJOB_LOCK_DIR"
+LOCK_DIR_ENV = envvars.LOCK_DIR
 SYSTEM_LOCK_DIR = Path("/var/lock/clusterjob")
 FALLBACK_LOCK_DIR = Path("/tmp/clusterjob-gpu-locks")
 SELECTION_LOCK = ".selection.lock"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+from clusterjob import envvars
 from clusterjob.errors import ClusterjobError, UsageError, printable
 from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.workstation import claims as claims_mod
@@ -235,7 +236,7 @@ def command_environment(acquired: Acquired, environ: Mapping[str, str]) -> dict[
     env = dict(environ)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["CUDA_VISIBLE_DEVICES"] = visible_devices(acquired.gpus, acquired.positions)
-    env["CLUSTERJOB_GPU_BUS_IDS"] = ",".join(g.bus_id for g in acquired.gpus)
+    env[envvars.GPU_BUS_IDS] = ",".join(g.bus_id for g in acquired.gpus)
     return env
 
 
