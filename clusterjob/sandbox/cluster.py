@@ -364,8 +364,8 @@ def _isolated_python_imports_us() -> bool:
 def _make_devices(layout: Layout) -> None:
     """gres.conf File= must name character devices: mknod them (the null device's numbers)."""
     for node in SANDBOX_NODES:
-        for i in range(len(node.mapped)):
-            dev = layout.device(node.name, i)
+        for dev in layout.devices(node):
+            dev.parent.mkdir(exist_ok=True)  # nvidia-caps/ of a node with MIG slices
             if dev.exists() and stat.S_ISCHR(dev.stat().st_mode):
                 continue
             dev.unlink(missing_ok=True)
@@ -380,7 +380,8 @@ def _write_standin(layout: Layout) -> None:
     makers = {"A100": standin.a100, "V100": standin.v100, "H100": standin.h100}
     for node in SANDBOX_NODES:
         gpus = tuple(
-            makers[g.model](g.bus_id, i, node=node.name) for i, g in enumerate(node.physical)
+            makers[g.model](g.bus_id, i, node=node.name, **_mig(node.name, i, g.mig))
+            for i, g in enumerate(node.physical)
         )
         for gpu, want in zip(gpus, node.physical, strict=True):  # as the site YAML names them
             if gpu.name != config.MODELS[want.model].nvml_name:
@@ -391,6 +392,16 @@ def _write_standin(layout: Layout) -> None:
         path = standin.write_scenario(layout.scenario(node.name), standin.StandinScenario(gpus))
         os.chown(path, 0, 0)
         path.chmod(0o644)
+
+
+def _mig(node: str, index: int, profiles: tuple[str, ...]) -> dict[str, object]:
+    """A stand-in GPU in MIG mode with these slices (GPU instances 1, 2, ...), or nothing."""
+    from clusterjob.sandbox.standin import mig_uuid_for
+
+    if not profiles:
+        return {}
+    slices = tuple((p, mig_uuid_for(node, index, k)) for k, p in enumerate(profiles))
+    return {"mig_current": True, "mig_pending": True, "mig_devices": slices}
 
 
 # --- daemons ---------------------------------------------------------------------------------

@@ -81,6 +81,12 @@ MODELS: dict[str, SandboxModel] = {
         SandboxModel(
             "H100", ("h100", "H100-80GB", "h100-sxm5-80gb"), "h100", "NVIDIA H100 80GB HBM3", 80
         ),
+        # MIG slices of the A100: each profile a model, its GRES type the profile (a type with
+        # "a100" in it would be taken for the whole GPU too: Slurm matches types by substring).
+        *(
+            SandboxModel(f"A100-{p}", (p,), p, f"NVIDIA A100-SXM4-80GB MIG {p}", int(p[3:-2]))
+            for p in ("3g.40gb", "2g.20gb", "1g.10gb")
+        ),
     )
 }
 
@@ -89,6 +95,9 @@ MODELS: dict[str, SandboxModel] = {
 class SandboxGpu:
     model: str  # key of MODELS
     bus_id: str  # sysfs form, 0000:07:00.0
+    # MIG slices: in the node map, its `mig:` entries (profile@GPU instance); as NVML shows
+    # them, the profiles of its MIG devices in order (the stand-in's GPU instances 1, 2, ...)
+    mig: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,12 +120,21 @@ _MIXED = _gpus(("A100", "07"), ("A100", "0b"), ("V100", "48"), ("V100", "4c"))
 # gpu3's V100s sit at the first bus IDs: NVML order differs from the node map (and gres.conf).
 _MIXED_SWAPPED = _gpus(("V100", "07"), ("V100", "0b"), ("A100", "48"), ("A100", "4c"))
 _H100X8 = _gpus(*(("H100", b) for b in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")))
+# mig1: one A100 in MIG mode, a GRES index per slice (gres.conf MultipleFiles= records). Its
+# GPU instances 2 and 3 are a 1g.10gb and a 2g.20gb slice, where the map (and so gres.conf)
+# says 2g.20gb and 1g.10gb: the same profiles, so the node passes the Prolog, but a job that
+# asks for the 2g.20gb slice gets a 1g.10gb one, which its preflight refuses.
+_MIG_MAPPED = (
+    SandboxGpu("A100", "0000:07:00.0", ("3g.40gb@1", "2g.20gb@2", "1g.10gb@3", "1g.10gb@4")),
+)
+_MIG_PHYSICAL = (SandboxGpu("A100", "0000:07:00.0", ("3g.40gb", "1g.10gb", "2g.20gb", "1g.10gb")),)
 
 SANDBOX_NODES: tuple[SandboxNode, ...] = (
     SandboxNode("gpu1", "gpu", _MIXED, _MIXED),
     SandboxNode("gpu2", "gpu", _MIXED, _MIXED),
     SandboxNode("gpu3", "suspect", _MIXED, _MIXED_SWAPPED),
     SandboxNode("h1", "h100", _H100X8, _H100X8),
+    SandboxNode("mig1", "mig", _MIG_MAPPED, _MIG_PHYSICAL),
 )
 
 # Partition -> (hostlist, default?). Ordinary jobs go to `gpu`; `suspect` only when asked.
@@ -124,6 +142,7 @@ PARTITIONS: dict[str, tuple[str, bool]] = {
     "gpu": ("gpu[1-2]", True),
     "suspect": ("gpu3", False),
     "h100": ("h1", False),
+    "mig": ("mig1", False),
 }
 
 
@@ -237,6 +256,16 @@ class Layout:
 
     def device(self, node: str, index: int) -> Path:
         return self.dev_dir / node / f"nvidia{index}"
+
+    def devices(self, node: SandboxNode) -> list[Path]:
+        """Every device file gres.conf names for ``node``: /dev/nvidiaN per GPU and, per MIG
+        slice, its GPU and compute instance's nvidia-caps files."""
+        out = [self.device(node.name, i) for i in range(len(node.mapped))]
+        for i, gpu in enumerate(node.mapped):
+            for text in gpu.mig:
+                minors = admin.mig_cap_minors(i, int(text.partition("@")[2]))
+                out += [self.dev_dir / node.name / "nvidia-caps" / f"nvidia-cap{n}" for n in minors]
+        return out
 
 
 def gres_from_site(site: Site, layout: Layout) -> tuple[str, dict[str, str]]:
@@ -412,7 +441,12 @@ def site_yaml(layout: Layout) -> str:
     out.append("node_map:")
     for node in SANDBOX_NODES:
         out += [f"  - nodes: {node.name}", "    gpus:"]
-        out += [f'      - {{model: {g.model}, bus_id: "{g.bus_id}"}}' for g in node.mapped]
+        out += [
+            f'      - {{model: {g.model}, bus_id: "{g.bus_id}"'
+            + (f", mig: [{', '.join(_yaml_str(s) for s in g.mig)}]" if g.mig else "")
+            + "}"
+            for g in node.mapped
+        ]
     out += [
         "prolog:",
         "  on_error: drain",

@@ -37,13 +37,15 @@ def test_every_node_answers_with_its_typed_gpus(sandbox: Sandbox) -> None:
     for n in SANDBOX_NODES:
         partition, state, gres = seen[n.name]
         assert partition == n.partition
-        gpus = "gpu:h100:8" if n.name == "h1" else "gpu:a100:2,gpu:v100:2"
+        gpus = {"h1": "gpu:h100:8", "mig1": "gpu:3g.40gb:1,gpu:2g.20gb:1,gpu:1g.10gb:2"}.get(
+            n.name, "gpu:a100:2,gpu:v100:2"
+        )
         # Every node also carries a count-only GRES, as real sites do (22.05 prints it
         # without its no_consume flag).
         assert gres == f"{gpus},pfsdir:scratch:1", (n.name, gres)
         assert not state.endswith("*") and not state.startswith(("down", "unk")), (n.name, state)
     # gpu3 may have been drained by a test that ran a job there; the others must take jobs.
-    for name in ("gpu1", "gpu2", "h1"):
+    for name in ("gpu1", "gpu2", "h1", "mig1"):
         assert seen[name][1] in {"idle", "mixed", "allocated", "completing"}, seen[name]
 
 

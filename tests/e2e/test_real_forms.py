@@ -31,8 +31,9 @@ def test_nodes_carry_a_count_only_gres_beside_their_gpus(sandbox):
         assert pfsdir == [("scratch", 1)], node.gres
         used = [(e.type, e.count) for e in parse.parse_gres(node.gres_used) if e.name == "pfsdir"]
         assert used == [("scratch", 0)], node.gres_used
-        expected = Counter(g.model for g in SANDBOX_NODES_BY_NAME[node.name].mapped)
-        assert sum(parse.gpu_counts(node.gres).values()) == sum(expected.values())
+        # a GPU in MIG mode is one GRES per slice
+        expected = sum(len(g.mig) or 1 for g in SANDBOX_NODES_BY_NAME[node.name].mapped)
+        assert sum(parse.gpu_counts(node.gres).values()) == expected
 
 
 SANDBOX_NODES_BY_NAME = {n.name: n for n in SANDBOX_NODES}
@@ -55,8 +56,8 @@ def test_avail_and_site_diff_count_the_gpus_right(sandbox):
     for part in loaded.partitions:  # a node counts once per partition it is in
         for name in part.node_names:
             if name not in skipped:
-                for gpu in loaded.node_map.gpus(name) or ():
-                    expected[gpu.model] += 1
+                for model in loaded.gres_models(name):  # a MIG slice counts for its model
+                    expected[model] += 1
     assert totals == expected
     assert "no_consume" not in totals and "pfsdir" not in totals and "scratch" not in totals
 

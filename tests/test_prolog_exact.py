@@ -1,0 +1,296 @@
+"""The Prolog's verdicts in this process, exact: the line slurmd logs, the exit code, the
+JSON line in the node's log, and the drain reason left for Slurm.
+
+NVML is replaced by a function returning a fixed inventory (the stand-in library's runs of the
+real Prolog are in test_hooks_nvml.py, in their own processes); the site file, the cache and
+the log are real files in a tree root alone can write, as on a node.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from trusted_tree import trusted_tmp_dir
+
+from clusterjob import __version__
+from clusterjob.errors import NvmlError, NvmlErrorKind
+from clusterjob.gpu.inventory import Gpu, GpuInventory
+from clusterjob.node import prolog
+
+SITE = Path(__file__).parent / "fixtures" / "slurm" / "sandbox_site.yaml"
+A100, V100 = "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"
+BUSES = ("0000:07:00.0", "0000:0b:00.0", "0000:48:00.0", "0000:4c:00.0")
+
+
+def inventory(*names: str) -> GpuInventory:
+    gpus = tuple(
+        Gpu(index=i, bus_id=BUSES[i], name=n, uuid=f"GPU-{i}", memory_total=80 << 30)
+        for i, n in enumerate(names)
+    )
+    return GpuInventory(gpus=gpus, driver_version="550.54.15", cuda_driver_version=12040)
+
+
+AS_MAPPED = (A100, A100, V100, V100)  # gpu1 of the sandbox site
+SLOT_3 = (
+    "gpu1: slot 3 (0000:4c:00.0): expected V100, found NVIDIA A100-SXM4-80GB (A100) -- boards "
+    "swapped or node map wrong"
+)
+
+
+@pytest.fixture
+def node(monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
+    for path in trusted_tmp_dir():
+        yield Node(path, monkeypatch)
+
+
+class Node:
+    """One node: its site file (on_error as given), NVML's answer, the drain reasons left."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.root = root
+        self.site = root / "site.yaml"
+        self.log = root / "prolog.jsonl"
+        self.answer: GpuInventory | BaseException = inventory(*AS_MAPPED)
+        self.drained: list[tuple[str, str]] = []
+        self.write_site()
+        monkeypatch.setattr(prolog, "read_inventory", self._read_inventory)
+        monkeypatch.setattr(
+            prolog.drain,
+            "set_drain_reason_later",
+            lambda node, reason: self.drained.append((node, reason)),
+        )
+
+    def write_site(self, on_error: str = "drain", extra: str = "") -> None:
+        text = SITE.read_text().replace("  on_error: drain\n", f"  on_error: {on_error}\n")
+        self.site.write_text(text + extra)
+        self.site.chmod(0o644)
+
+    def _read_inventory(
+        self, timeout: float | None = None, *, isolate: bool = False, deadline: float | None = None
+    ) -> GpuInventory:
+        assert isolate is True  # NVML is read in a child the Prolog can abandon
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+    def run(self, environ: dict[str, str] | None = None, **kw: object) -> int:
+        env = {"SLURMD_NODENAME": "gpu1", "SLURM_JOB_ID": "9", **(environ or {})}
+        options: dict[str, object] = {
+            "site": str(self.site),
+            "cache_dir": str(self.root / "cache"),
+            "log": str(self.log),
+        }
+        options.update(kw)
+        try:
+            return prolog.run_prolog(env, **options)  # type: ignore[arg-type]
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
+
+    def logged(self) -> list[dict]:
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+
+def lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err.splitlines()
+
+
+def test_a_good_node_passes_silently_and_logs_ok(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert node.run() == 0
+    assert lines(capsys) == []
+    [record] = node.logged()
+    assert record["outcome"] == "ok"
+    assert record["action"] == "pass"
+    assert record["error"] is None
+    assert record["reason"] is None
+    assert (record["node"], record["job_id"], record["version"]) == ("gpu1", "9", __version__)
+    assert record["findings"] == []
+    assert 0 <= record["elapsed_s"] < 60
+    assert record["time"][:2] == "20" and record["time"][10] == "T"
+    assert node.drained == []
+    assert node.log.read_text().count("\n") == 1
+    assert node.log.read_text().startswith('{"action": "pass", ')  # keys sorted
+
+
+def test_swapped_boards_drain_with_the_first_error_and_a_count(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node.answer = inventory(V100, A100, A100, V100)
+    assert node.run({"SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}) == 1
+    [line] = lines(capsys)
+    first = (
+        "gpu1: slot 0 (0000:07:00.0): expected A100, found Tesla V100-SXM2-32GB (V100) "
+        "-- boards swapped or node map wrong"
+    )
+    assert line == f"clusterjob prolog: model-mismatch: {first} (+1 more error(s))"
+    assert node.drained == [("gpu1", f"clusterjob: model-mismatch: {first} (+1 more error(s))")]
+    [record] = node.logged()
+    assert (record["outcome"], record["action"], record["error"]) == ("failed", "drain", None)
+    assert record["reason"] == first
+    assert [f["check_id"] for f in record["findings"]] == ["model-mismatch", "model-mismatch"]
+
+
+def test_one_error_has_no_count_and_by_hand_no_drain_reason(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node.answer = inventory(A100, A100, V100, A100)
+    assert node.run() == 1
+    assert lines(capsys) == [f"clusterjob prolog: model-mismatch: {SLOT_3}"]
+    assert node.drained == []  # not run by slurmd: nobody to leave a reason for
+
+
+def test_warnings_are_shown_when_passing(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    node.answer = inventory(A100, A100, V100, V100)
+    assert node.run({"SLURMD_NODENAME": "gpu9"}) == 0
+    [line] = lines(capsys)
+    assert line.startswith(
+        "clusterjob prolog: warning: node-unmapped: gpu9: not in the site's node map"
+    )
+    [record] = node.logged()
+    assert record["outcome"] == "ok" and record["node"] == "gpu9"
+    assert [f["check_id"] for f in record["findings"]] == ["node-unmapped"]
+
+
+@pytest.mark.parametrize(
+    ("on_error", "code", "said"),
+    [
+        (
+            "drain",
+            1,
+            "clusterjob prolog: gpu1: GPUs not checked: NVML: driver gone -- draining "
+            "(on_error=drain)",
+        ),
+        (
+            "pass",
+            0,
+            "clusterjob prolog: warning: gpu1: GPUs not checked: NVML: driver gone -- passing "
+            "(on_error=pass)",
+        ),
+    ],
+)
+def test_nvml_that_cannot_answer_follows_on_error(
+    node: Node, capsys: pytest.CaptureFixture[str], on_error: str, code: int, said: str
+) -> None:
+    node.write_site(on_error)
+    node.answer = NvmlError(NvmlErrorKind.DRIVER_NOT_LOADED, "driver gone")
+    assert node.run({"SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}) == code
+    assert lines(capsys) == [said]
+    [record] = node.logged()
+    action = "drain" if code else "pass"
+    assert (record["outcome"], record["action"], record["error"]) == (
+        "error",
+        action,
+        "driver_not_loaded",
+    )
+    assert record["reason"] == "NVML: driver gone"
+    assert record["findings"] == []
+    expected = [("gpu1", "clusterjob: GPUs not checked: NVML: driver gone")] if code else []
+    assert node.drained == expected
+
+
+def test_a_lost_gpu_drains_even_when_on_error_is_pass(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node.write_site("pass")
+    node.answer = NvmlError(NvmlErrorKind.GPU_LOST, "GPU is lost")
+    assert node.run() == 1
+    assert lines(capsys) == ["clusterjob prolog: gpu-lost: gpu1: GPU is lost"]
+    [record] = node.logged()
+    assert (record["outcome"], record["action"], record["reason"]) == (
+        "failed",
+        "drain",
+        "gpu1: GPU is lost",
+    )
+    [finding] = record["findings"]
+    assert (finding["check_id"], finding["severity"], finding["found"]) == (
+        "gpu-lost",
+        "error",
+        "lost",
+    )
+
+
+def test_a_site_config_that_cannot_be_read_drains_with_the_policy_unknown(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = node.root / "nope.yaml"
+    assert node.run(site=str(missing)) == 1
+    [line] = lines(capsys)
+    assert line.startswith(f"clusterjob prolog: gpu1: GPUs not checked: site config: {missing}")
+    assert line.endswith(" -- draining (on_error=drain, site policy unknown)")
+    [record] = node.logged()
+    assert (record["outcome"], record["action"], record["error"]) == ("error", "drain", "config")
+
+
+def test_an_internal_error_is_one_line(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    node.answer = RuntimeError("boom")
+    assert node.run() == 1
+    assert lines(capsys) == [
+        "clusterjob prolog: gpu1: GPUs not checked: internal error: RuntimeError: boom -- "
+        "draining (on_error=drain)"
+    ]
+    assert node.logged()[0]["error"] == "internal"
+
+
+def test_a_log_that_cannot_be_written_is_named_after_the_verdict(
+    node: Node, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "prolog.jsonl"  # under the sticky, world-writable /tmp: refused
+    node.answer = inventory(A100, A100, V100, A100)
+    assert node.run({"SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}, log=str(bad)) == 1
+    [line] = lines(capsys)
+    assert line.startswith(f"clusterjob prolog: model-mismatch: {SLOT_3}; cannot write log {bad}: ")
+    assert node.drained == [("gpu1", f"clusterjob: model-mismatch: {SLOT_3}")]
+    assert not bad.exists()
+
+
+def test_a_log_that_cannot_be_written_is_a_warning_when_passing(
+    node: Node, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "prolog.jsonl"
+    assert node.run(log=str(bad)) == 0
+    [line] = lines(capsys)
+    assert line.startswith(f"clusterjob prolog: warning: cannot write log {bad}: ")
+
+
+def test_an_untrusted_cache_is_not_used_and_said_when_passing(
+    node: Node, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"  # under the sticky, world-writable /tmp: not root's alone
+    assert node.run(cache_dir=str(cache)) == 0
+    [line] = lines(capsys)
+    assert line.startswith("clusterjob prolog: warning: cache not used: ")
+
+
+def test_the_site_log_path_is_used_without_an_override(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site_log = node.root / "site-log.jsonl"
+    text = node.site.read_text().replace(
+        '"/var/lib/clusterjob-sandbox/log/prolog.jsonl"', f'"{site_log}"'
+    )
+    node.site.write_text(text)
+    assert node.run(log=None) == 0
+    assert json.loads(site_log.read_text())["outcome"] == "ok"
+    assert not node.log.exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "configured", "deadline"),
+    [(3.0, 11.0, 3.0), (None, 11.0, 11.0), (None, None, 20.0)],
+)
+def test_the_deadline(override: float | None, configured: float | None, deadline: float) -> None:
+    run = prolog.PrologRun(node="n", job_id=None, log_override=None, deadline_override=override)
+    if configured is not None:
+        from dataclasses import replace
+
+        run.policy = replace(prolog.DEFAULT_POLICY, deadline_seconds=configured)
+    assert run.deadline == deadline
+    assert deadline - 1 < run.remaining() <= deadline
