@@ -6,6 +6,7 @@ exit with the status its block says (0 unless it ends in `# exit N`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -99,3 +100,49 @@ def test_quickstart_ends_with_the_line_that_makes_the_next_command_work(
     )  # fmt: skip
     assert after.returncode == 0, after.stdout + after.stderr
     assert "site sandbox" in after.stdout and "gpu*" in after.stdout.split()
+
+
+def test_the_prolog_wrapper_shown_is_the_file_slurmd_runs_and_a_job_passes(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The Prolog wrapper block of the docs, with the local cluster's paths in place of the
+    documented installation's and the `--env` lines its stand-in NVML needs, is byte for byte
+    the wrapper this cluster's slurm.conf names; a job on a right node then passes it (and
+    the Prolog logs the job). The cluster's configuration is read, never changed."""
+    from clusterjob.sandbox import config
+
+    layout = sandbox.layout
+    (block,) = [b for b in all_blocks() if b.title == "/etc/slurm/clusterjob-prolog"]
+    live_path = layout.hooks_dir / "clusterjob-prolog"
+    assert f"Prolog={live_path}" in layout.slurm_conf.read_text().splitlines()
+    live = live_path.read_text(encoding="utf-8")
+    text = block.text
+    for documented, here in (
+        ("/etc/slurm", str(layout.hooks_dir)),
+        ("/opt/clusterjob/bin/python", str(config.hook_python(layout))),
+        ("/etc/clusterjob/site.yaml", str(layout.site_yaml)),
+        ("/var/cache/clusterjob", str(layout.cache_dir)),
+    ):
+        assert documented in text
+        text = text.replace(documented, here)
+    exports = [line for line in live.splitlines() if line.startswith("export ")]
+    assert exports  # the stand-in NVML's --env lines: the only difference allowed
+    text = text.replace("cd / || exit 1\n", "cd / || exit 1\n" + "".join(e + "\n" for e in exports))
+    assert text == live
+
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\necho passed the prolog\n")
+    out = tmp_path / "out.txt"
+    job_id = sandbox.sbatch(
+        "-p", "gpu", "-w", "gpu1", "--gres=gpu:a100:1", "-A", "sandbox", "-o", str(out),
+        "-J", "docs-prolog-block", str(script),
+    )  # fmt: skip
+    fields = sandbox.wait_job(job_id, timeout=120)
+    assert fields["JobState"] == "COMPLETED", fields
+    assert out.read_text() == "passed the prolog\n"
+    logged = [
+        json.loads(line)
+        for line in layout.prolog_log.read_text().splitlines()
+        if f'"{job_id}"' in line
+    ]
+    assert [(r["node"], r["outcome"]) for r in logged] == [("gpu1", "ok")]
