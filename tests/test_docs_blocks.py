@@ -6,13 +6,23 @@ validate, fragments name only real keys, and a wrapper file shown is byte for by
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer.main
-from doc_blocks import FRAGMENT, ILLUSTRATIVE, SHELLS, Block, all_blocks, commands, documents
+from doc_blocks import (
+    FRAGMENT,
+    ILLUSTRATIVE,
+    REPO,
+    SHELLS,
+    Block,
+    all_blocks,
+    commands,
+    documents,
+)
 from doc_blocks import indented_commands as indented
 from ruamel.yaml import YAML
 
@@ -168,3 +178,12 @@ def test_every_yaml_block_validates(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert code == 0, f"{block.where}: {out.out}{out.err}"
         sites += 1
     assert sites >= 1
+
+
+def test_the_node_check_table_has_a_row_for_every_check() -> None:
+    """The hand-written table (what each check reads and what to do) beside the generated
+    reference: a check without its row fails here."""
+    page = (REPO / "docs" / "how-to" / "wire-node-checks.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `([a-z0-9-]+)`(?:, `([a-z0-9-]+)`)? \|", page, re.M))
+    named = {name for pair in rows for name in pair if name}
+    assert set(REGISTRY.ids) <= named, f"no row for: {sorted(set(REGISTRY.ids) - named)}"
