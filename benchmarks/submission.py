@@ -19,6 +19,8 @@ from benchmarks.common import REFERENCE, REFERENCE_NAME, Result, clusterjob_comm
 from benchmarks.slurm_load import count_calls, wrap_clients
 
 TARGET_RATIO = 1.5
+SWEEP_TASKS = 200
+DATA = "CLUSTERJOB_DATA_DIR"
 SANDBOX_SITE = "/var/lib/clusterjob-sandbox/site.yaml"
 
 
@@ -108,4 +110,71 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
         note="over 3 submits: " + ", ".join(f"{k} {v}" for k, v in sorted(calls.items())),
     )
     result.notes.append(f"site {site}; model {model}; all jobs cancelled by name {name}")
+    sweep(result, work, cj, env, counted, log, quick=quick)
     return result
+
+
+def sweep(
+    result: Result,
+    work: Path,
+    cj: list[str],
+    env: dict[str, str],
+    counted: dict[str, str],
+    log: Path,
+    *,
+    quick: bool,
+) -> None:
+    """A sweep of TASKS tasks (``submit --sweep``, one array job) against one ``sbatch`` of
+    the same array script written by hand (clusterjob's own rendering of it), interleaved;
+    then the Slurm calls of one ``status`` over a 1,000-task sweep."""
+    tasks, rounds = (20, 3) if quick else (SWEEP_TASKS, 9)
+    name = f"cjsweep-{os.getpid()}-{int(time.time())}"
+    values = ",".join(str(i) for i in range(tasks))
+    swept = [*cj[:-3], "--job-name", name, cj[-1], "--sweep", f"i={values}"]
+    rendered = subprocess.run(
+        [*swept, "--dry-run"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    script = work / "array.sh"
+    script.write_text(rendered)  # `#SBATCH --array=0-N` and a case on SLURM_ARRAY_TASK_ID
+    array = ["sbatch", "--parsable", f"--chdir={work}", str(script)]
+    times: dict[str, list[float]] = {"sweep": [], "array": []}
+    try:
+        for i in range(rounds):
+            order = [("sweep", swept), ("array", array)]
+            for label, cmd in order if i % 2 else reversed(order):
+                start = time.perf_counter()
+                done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+                times[label].append(time.perf_counter() - start)
+                if done.returncode != 0:
+                    raise RuntimeError(f"{label} failed ({done.returncode}): {done.stderr}")
+        big = ",".join(str(i) for i in range(1_000))
+        data = dict(env, CLUSTERJOB_DATA_DIR=str(work / "sweep-status-data"))
+        subprocess.run([*swept[:-1], f"i={big}"], env=data, capture_output=True, check=True)
+        count_calls(log)
+        status = [*clusterjob_command(), "status"]
+        subprocess.run(status, env=dict(counted, **{DATA: data[DATA]}), capture_output=True)
+        status_calls = count_calls(log)
+    finally:
+        subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
+    ours, theirs = median(times["sweep"]), median(times["array"])
+    result.add("plain sbatch of the array script", theirs * 1000, "ms", note=f"median of {rounds}")
+    result.add(
+        f"clusterjob submit --sweep, {tasks} tasks (one array job)",
+        ours * 1000,
+        "ms",
+        ratio=ours / theirs,
+        reference="plain sbatch of the array script",
+        target=f"<= {TARGET_RATIO}x",
+        met=ours / theirs <= TARGET_RATIO,
+        note=f"median of {rounds}, interleaved; {ours / tasks * 1000:.2f} ms per task",
+    )
+    slurm = sum(status_calls.get(c, 0) for c in ("squeue", "sacct", "scontrol"))
+    result.add(
+        "Slurm calls, one `status` of a 1,000-task sweep",
+        slurm,
+        "calls",
+        target="<= 2",
+        met=slurm <= 2,
+        note=", ".join(f"{k} {v}" for k, v in sorted(status_calls.items())),
+    )
+    result.notes.append(f"sweeps cancelled by name {name}")
