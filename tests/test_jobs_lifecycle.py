@@ -658,8 +658,11 @@ def test_a_version_1_registry_gains_the_new_columns_in_place(tmp_path: Path) -> 
     assert old is not None and old.request is None and old.tasks is None
     registry.add(JobRecord("8", "c", "s", "t8", "x", "#!", "", "", "/w", None, 2, request="{}"))
     assert registry.get("8").request == "{}"
-    with sqlite3.connect(path) as check:
+    check = sqlite3.connect(path)  # sqlite3's `with` commits, it does not close
+    try:
         assert check.execute("PRAGMA user_version").fetchone()[0] == 3
+    finally:
+        check.close()
 
 
 def test_a_rebuilt_clusters_job_with_an_old_id_is_not_taken_for_the_old_one(data: Path) -> None:

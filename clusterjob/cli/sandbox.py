@@ -142,15 +142,18 @@ def status(state_dir: StateDir = None, slurm: Slurm = None) -> None:
 @sandbox_app.command()
 def env(
     state_dir: StateDir = None,
+    slurm: Slurm = None,
     site_path: Annotated[
         bool, typer.Option("--site-path", help="Print only the sandbox's site YAML path.")
     ] = False,
 ) -> None:
-    """Print the shell exports that point clients at the sandbox (eval "$(... sandbox env)")."""
+    """Print the shell exports that point clients at the sandbox (eval "$(... sandbox env)");
+    another release's are for clients inside its root (`sandbox exec` sets them itself)."""
     from clusterjob.sandbox import cluster
     from clusterjob.sandbox.config import Layout
 
-    path = cluster.resolve_state_dir(state_dir)
+    rel = _in_root(slurm, state_dir)
+    path = rel.state_dir if rel is not None else cluster.resolve_state_dir(state_dir)
     if site_path:
         print(Layout(path).site_yaml)
         return

@@ -146,3 +146,13 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     env = dict(os.environ, **cluster.client_env(state_dir))
     env["CLUSTERJOB_SANDBOX_DIR"] = str(state_dir)
     yield Sandbox(state_dir, env, tmp_path_factory.mktemp("slurm-cwd"))
+
+
+@pytest.fixture(scope="session")
+def slurm_release(sandbox: Sandbox) -> str:
+    """The Slurm release the sandbox runs (``22.05``, ``24.11``, ``26.05``): the e2e tests run
+    on each (`clusterjob sandbox exec --slurm R -- pytest -m slurm`); where the releases
+    differ, a test asks this."""
+    release = cluster.slurm_release()
+    assert release is not None, "no slurmd here"
+    return release

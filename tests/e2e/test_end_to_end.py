@@ -147,6 +147,7 @@ def test_impossible_request_fails_before_any_sbatch(
     assert not marker.exists()
 
 
+@pytest.mark.torch
 def test_two_nodes_torchrun_rendezvous(cj: Cli, sandbox: Sandbox) -> None:
     """4. --nodes 2 --gpus 2: srun + torchrun, one worker per GPU, rendezvous on node one."""
     # torchrun comes from torch (CPU build), which scripts/test.sh installs: no skip here.

@@ -153,6 +153,7 @@ def _rank_summaries(out: str) -> list[dict[str, str]]:
     ]
 
 
+@pytest.mark.torch
 def test_single_node_torchrun_two_ranks_each_on_its_gpu(cj: Cli, sandbox: Sandbox) -> None:
     """--launcher torchrun on one node with 2 GPUs: two workers, local ranks 0 and 1, both
     seeing the job's two GPUs in PCI order, so local rank i uses the i-th GPU Slurm gave."""
