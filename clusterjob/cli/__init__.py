@@ -139,8 +139,11 @@ def run(argv: list[str]) -> int:
     if debug:
         _show_debug_log()
     _register_commands(argv[0] if argv else None)
+    shown = app
+    if argv in LISTING_ARGV and COMPLETION_VAR not in os.environ:
+        shown = _listing(app)
     try:
-        result = app(args=argv, prog_name="clusterjob", standalone_mode=False)
+        result = shown(args=argv, prog_name="clusterjob", standalone_mode=False)
     except ConfigError as exc:
         if debug:
             raise
@@ -174,6 +177,44 @@ def run(argv: list[str]) -> int:
         err(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
         return exit_code(exc)
     return result if isinstance(result, int) else ExitCode.OK
+
+
+# `clusterjob`, `--help`, `-h` and `--version` show the command list at most: each command's
+# name and help. Typer would still read every command's signature and type hints to build its
+# options (~35 ms, as long as importing the command modules); shell completion (which sets
+# COMPLETION_VAR) needs them, and gets the whole app.
+LISTING_ARGV: tuple[list[str], ...] = ([], ["--help"], ["-h"], ["--version"])
+COMPLETION_VAR = "_CLUSTERJOB_COMPLETE"
+
+
+def _listing(full: typer.Typer) -> typer.Typer:
+    """``full`` with every command's parameters left out, each command (and group) still
+    named, helped, hidden and ordered as in ``full``, so its help reads the same."""
+    import copy
+    import inspect
+
+    from typer.main import get_command_name
+
+    listing = copy.copy(full)
+    listing.registered_commands = []
+    for info in full.registered_commands:
+        shown = copy.copy(info)
+        if info.callback is not None:
+            shown.name = info.name or get_command_name(info.callback.__name__)
+            shown.help = info.help if info.help is not None else inspect.getdoc(info.callback)
+        shown.callback = _only_listed
+        listing.registered_commands.append(shown)
+    listing.registered_groups = []
+    for group in full.registered_groups:
+        shown_group = copy.copy(group)
+        if group.typer_instance is not None:
+            shown_group.typer_instance = _listing(group.typer_instance)
+        listing.registered_groups.append(shown_group)
+    return listing
+
+
+def _only_listed() -> None:
+    """A listed command's stand-in: the listing only shows commands, never runs one."""
 
 
 _registered = False
