@@ -19,7 +19,7 @@ from doc_blocks import REPO, SHELLS, all_blocks, commands
 
 from clusterjob.sandbox import cluster
 
-from .conftest import Sandbox
+from .conftest import Cli, Sandbox
 
 pytestmark = pytest.mark.slurm
 
@@ -94,6 +94,23 @@ def test_quickstart_ends_with_the_line_that_makes_the_next_command_work(
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert before.returncode != 0  # not on PATH yet
+    # Before the line, each way of trying says what is missing, in one line.
+    cj = str(Path(sys.executable).parent / "clusterjob")
+    train = str(REPO / "examples" / "train.py")
+    no_site = subprocess.run(
+        [cj, "submit", train, "--gpus", "1", "--model", "A100"], cwd=tmp_path, env=bare,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert no_site.returncode == 2 and "no site config found" in no_site.stderr
+    assert "set CLUSTERJOB_SITE" in no_site.stderr and len(no_site.stderr.splitlines()) == 1
+    site = str(cluster.client_env(sandbox.state_dir)["CLUSTERJOB_SITE"])
+    no_conf = subprocess.run(
+        [cj, "submit", train, "--gpus", "1", "--model", "A100", "--site", site], cwd=tmp_path,
+        env=bare, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert no_conf.returncode == 4, no_conf.stderr
+    assert "point SLURM_CONF at the cluster's slurm.conf" in no_conf.stderr
+    assert len(no_conf.stderr.splitlines()) == 1
     after = subprocess.run(
         ["bash", "-c", f"{printed}\nclusterjob site show && sinfo -h -o %P"], cwd=tmp_path,
         env=bare, capture_output=True, text=True, timeout=120, check=False,
@@ -146,3 +163,37 @@ def test_the_prolog_wrapper_shown_is_the_file_slurmd_runs_and_a_job_passes(
         if f'"{job_id}"' in line
     ]
     assert [(r["node"], r["outcome"]) for r in logged] == [("gpu1", "ok")]
+
+
+def _documented_keys(command: str) -> list[str]:
+    """The keys docs/reference/json.md lists for `clusterjob COMMAND --json`, in order."""
+    page = (REPO / "docs" / "reference" / "json.md").read_text(encoding="utf-8")
+    start = page.index(f"## clusterjob {command} --json")
+    section = page[start : page.find("\n## ", start + 1)]
+    first_table = section.split("\n\n`")[0]
+    return re.findall(r"^\| `([a-z_]+)` \|", first_table, re.M)
+
+
+def test_json_outputs_have_the_documented_keys(cj: Cli) -> None:
+    """What submit, status, show, avail and site diff print with --json on the local
+    cluster, key for key against the generated JSON reference."""
+    outputs: dict[str, object] = {}
+    train = str(REPO / "examples" / "train.py")
+    submitted = cj("submit", train, "--gpus", "1", "--model", "A100", "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    outputs["submit"] = json.loads(submitted.stdout)
+    job = str(outputs["submit"]["job_id"])  # type: ignore[index]
+    assert cj("wait", job, "--timeout", "300").returncode == 0
+    for command, argv in (
+        ("status", ["status", job, "--json"]),
+        ("show", ["show", job, "--json"]),
+        ("avail", ["avail", "--model", "A100", "--gpus", "1", "--json"]),
+        ("site diff", ["site", "diff", "--json"]),
+    ):
+        done = cj(*argv)
+        assert done.returncode in (0, 1), done.stderr  # site diff: 1 when gpu3 is drained
+        outputs[command] = json.loads(done.stdout)
+    for command, data in outputs.items():
+        obj = data[0] if isinstance(data, list) else data
+        assert isinstance(obj, dict)
+        assert list(obj) == _documented_keys(command), command
