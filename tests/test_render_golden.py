@@ -107,6 +107,21 @@ CASES = {
     # h100farm: untyped GRES, the model chosen by --constraint; torchrun over four nodes
     "h100farm-h100x8-4nodes": ("h100farm", dict(model="h100", gpus=8, nodes=4)),
     "h100farm-a100x1-dev": ("h100farm", dict(model="A100", gpus=1, partition="dev")),
+    # The example sites written from real clusters' documentation (tests/test_real_sites.py
+    # compares their #SBATCH lines with the documented ones; these pin the whole script).
+    # perlmutter: the QoS is the queue, one task per GPU, a site --gpu-bind line
+    "perlmutter-a100x4": ("perlmutter", dict(model="a100", gpus=4, account="m4321")),
+    # narval: no partition, a MIG slice by its type, memory per node
+    "narval-mig-4g": ("narval", dict(model="4g.20gb", gpus=1, mem_per_gpu="40G")),
+    # jeanzay: "any V100" on the default partition, QoS by time, account from the project
+    "jeanzay-v100x4-2nodes": (
+        "jeanzay",
+        dict(model="v100", gpus=4, nodes=2, time="30:00:00", project="abc"),
+    ),
+    # lumi: AMD GPUs, whole nodes, preflight warn
+    "lumi-mi250x8-2nodes": ("lumi", dict(gpus=8, nodes=2, project="465000000")),
+    # lonestar6: no GPU option, the queue gives whole nodes
+    "lonestar6-a100x3": ("lonestar6", dict(model="a100", gpus=3)),
 }
 
 

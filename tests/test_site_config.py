@@ -37,7 +37,8 @@ EXPECTED: dict[str, list[str]] = {
         '4: models.RTX3090.gres_type: expected a string, got 3090 (write "3090" for text)',
     ],
     "bad_syntax_choice.yaml": [
-        "2: gpu_request.syntax: expected one of gres, gres+constraint, gpus-per-node, gpus, none, "
+        "2: gpu_request.syntax: expected one of gres, gres+constraint, gpus-per-node, "
+        "gpus-per-task, gpus, none, "
         "got 'gpu-per-node'",
     ],
     "missing_required.yaml": ["1: site: required key missing"],

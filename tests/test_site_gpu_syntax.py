@@ -29,7 +29,14 @@ UNTYPED_FEATURE = replace(A100, gres_type=None, constraint="a100_80g")
 
 
 def test_names_in_listing_order() -> None:
-    assert syntax_names() == ("gres", "gres+constraint", "gpus-per-node", "gpus", "none")
+    assert syntax_names() == (
+        "gres",
+        "gres+constraint",
+        "gpus-per-node",
+        "gpus-per-task",
+        "gpus",
+        "none",
+    )
     assert [s.name for s in registered()] == list(syntax_names())
 
 
@@ -188,7 +195,13 @@ def test_golden_scripts_ask_for_gpus_as_the_registry_spells_it(golden: str) -> N
 
 def test_golden_cases_cover_every_shipped_syntax_but_gpus() -> None:
     shipped = {load_site(p).gpu_syntax.name for p in resources.site_configs_dir().glob("*.yaml")}
-    assert shipped == {"gres", "gres+constraint", "gpus-per-node"}  # gpus: test_spelling
+    assert shipped == {  # gpus: test_spelling
+        "gres",
+        "gres+constraint",
+        "gpus-per-node",
+        "gpus-per-task",
+        "none",
+    }
 
 
 def test_unknown_name_is_rejected_with_the_valid_ones(tmp_path: Path) -> None:
@@ -206,7 +219,7 @@ def test_unknown_name_is_rejected_with_the_valid_ones(tmp_path: Path) -> None:
     assert site is None
     assert [str(i) for i in issues] == [
         f"{path}:2: gpu_request.syntax: expected one of gres, gres+constraint, gpus-per-node, "
-        "gpus, none, got 'gress'"
+        "gpus-per-task, gpus, none, got 'gress'"
     ]
 
 

@@ -234,8 +234,7 @@ def test_model_settings_over_the_partitions(tmp_path: Path) -> None:
         lines
     )
     assert "--account=xyz" in directives(site, account="xyz")
-    with pytest.raises(UsageError, match=r"give --project NAME"):
-        directives(site)
+    assert not any(x.startswith("--account") for x in directives(site))  # the default account
 
 
 # -- 7. limits ----------------------------------------------------------------------------------
@@ -355,6 +354,19 @@ def test_a_malformed_model_constraint_is_a_config_error(tmp_path: Path) -> None:
 
 
 # -- 13. --gpus over several nodes --------------------------------------------------------------
+
+
+def test_one_task_per_gpu(tmp_path: Path) -> None:
+    site = load_site(
+        make(
+            tmp_path,
+            syntax="gpus-per-task",
+            typed="false",
+            partition="    defaults: {cpus_per_gpu: 32}",
+        )
+    )
+    lines = directives(site, gpus=4)
+    assert {"--ntasks-per-node=4", "--cpus-per-task=32", "--gpus-per-task=v100:1"} <= set(lines)
 
 
 def test_gpus_total_over_nodes_is_split_per_node_or_said(tmp_path: Path) -> None:

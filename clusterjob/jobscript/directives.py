@@ -150,7 +150,9 @@ def effective_defaults(*layers: JobDefaults) -> JobDefaults:
 
 def account_for(pattern: str | None, project: str | None, site: str) -> str | None:
     """The account a job is charged to: the site's pattern with ``{project}`` filled in
-    (``{project}@a100`` on Jean Zay), or the pattern itself when it has no field."""
+    (``{project}@a100`` on Jean Zay), or the pattern itself when it has no field. Without
+    ``--project`` a pattern writes no ``--account``: Slurm charges the user's default account
+    (and refuses the job in one line where there is none)."""
     if pattern is None:
         if project is not None:
             raise UsageError(
@@ -160,9 +162,7 @@ def account_for(pattern: str | None, project: str | None, site: str) -> str | No
     if PROJECT_FIELD not in pattern:
         return pattern
     if project is None:
-        raise UsageError(
-            f"site {site} charges jobs to {pattern}: give --project NAME (or --account in full)"
-        )
+        return None
     return pattern.replace(PROJECT_FIELD, project)
 
 
@@ -241,6 +241,7 @@ def group_model(group: ModelGroup, members: Sequence[GpuModel]) -> GpuModel:
     constraint = None
     if len(features) == len(members):
         constraint = "[" + "|".join(features) + "]"
+    shared = members[0].defaults  # the members' own defaults, where they are all the same
     return GpuModel(
         name=group.name,
         aliases=group.aliases,
@@ -248,6 +249,7 @@ def group_model(group: ModelGroup, members: Sequence[GpuModel]) -> GpuModel:
         nvml_names=tuple(n for m in members for n in m.nvml_names),
         constraint=constraint,
         vendor=members[0].vendor,
+        defaults=shared if all(m.defaults == shared for m in members) else JobDefaults(),
         members=group.models,
     )
 

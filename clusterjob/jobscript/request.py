@@ -813,7 +813,8 @@ def resolve(
     )
     mem_per_gpu = request.mem_per_gpu if request.mem_per_gpu is not None else defaults.mem_per_gpu
     sbatch_tasks, cpus_per_task = None, None
-    if model is not None and site.form.cpus == "cpus-per-task":
+    one_task_per_gpu = site.gpu_syntax.name == "gpus-per-task"
+    if model is not None and (site.form.cpus == "cpus-per-task" or one_task_per_gpu):
         sbatch_tasks = request.tasks_per_node if request.tasks_per_node > 1 else request.gpus
         if cpus_per_gpu is not None:
             cpus_per_task = max(1, cpus_per_gpu * request.gpus // sbatch_tasks)

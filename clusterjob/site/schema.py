@@ -134,8 +134,10 @@ GPU_REQUEST = Section(
             CHOICE,
             "The sbatch options that ask for GPUs: `gres` (`--gres=gpu:TYPE:N` per node), "
             "`gres+constraint` (`--gres=gpu:N --constraint=FEATURE`), `gpus-per-node` "
-            "(`--gpus-per-node=TYPE:N`), `gpus` (`--gpus=TYPE:N`, the job's total), `none` (no "
-            "GPU option: each GPU partition gives whole nodes, `gpus_per_node` says how many).",
+            "(`--gpus-per-node=TYPE:N`), `gpus` (`--gpus=TYPE:N`, the job's total), "
+            "`gpus-per-task` (one task per GPU: `--ntasks-per-node=N --gpus-per-task=TYPE:1`), "
+            "`none` (no GPU option: each GPU partition gives whole nodes, `gpus_per_node` says "
+            "how many).",
             required=True,
             choices=_syntax_names,
             example="gres",

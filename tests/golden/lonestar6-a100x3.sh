@@ -1,0 +1,22 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --partition=gpu-a100
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=3
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100
+export CLUSTERJOB_EXPECT_COUNT=3
+export CLUSTERJOB_SITE=<repo>/site_configs/lonestar6.yaml
+# Python: /usr/bin/python3 (given to render)
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+<sys.executable> -m clusterjob preflight
+
+exec "$python" train.py

@@ -1,0 +1,23 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --gpus-per-node=a100_4g.20gb:1
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --mem=40G
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100-4g.20gb
+export CLUSTERJOB_EXPECT_COUNT=1
+export CLUSTERJOB_SITE=<repo>/site_configs/narval.yaml
+# Python: /usr/bin/python3 (given to render)
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+<sys.executable> -m clusterjob preflight
+
+exec "$python" train.py

@@ -1,0 +1,27 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --gpus-per-task=1
+#SBATCH --constraint=gpu
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=32
+#SBATCH --account=m4321
+#SBATCH --qos=regular
+#SBATCH --gpu-bind=none
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100-40GB
+export CLUSTERJOB_EXPECT_COUNT=4
+export CLUSTERJOB_SITE=<repo>/site_configs/perlmutter.yaml
+# Python: /usr/bin/python3 (given to render)
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+<sys.executable> -m clusterjob preflight
+
+exec "$python" train.py

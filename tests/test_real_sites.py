@@ -1,0 +1,342 @@
+"""The five example sites written from real clusters' public documentation render each
+documented example job line for line.
+
+Each case is the documentation's own ``#SBATCH`` block (its comments dropped) and the
+``clusterjob submit`` options a user would give for that job; the test renders the job with
+the shipped site file and compares the directives. The comparison reads both sides the way
+sbatch does and nothing more:
+
+* short options are their long names (``-C gpu`` is ``--constraint=gpu``), quotes around a
+  value are read away, memory units are one case (``40gb`` is ``40G``);
+* three spellings that mean the same allocation are the same: ``--ntasks=N`` on M nodes and
+  ``--ntasks-per-node=N/M``; ``--gpus=T:N`` on one node and ``--gpus-per-node=T:N``;
+  ``--ntasks-per-node=1`` and no task count (Slurm's default of one task);
+* clusterjob's own lines are allowed beyond the documented ones: ``--comment=clusterjob:TOKEN``
+  (how a job is found again), ``--job-name`` (always written), and per case the lines the
+  documentation leaves to a site default that this site file writes out, each named below.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pytest
+
+from clusterjob.jobscript.render import render
+from clusterjob.jobscript.request import JobRequest, resolve
+from clusterjob.resources import site_configs_dir
+from clusterjob.site.loader import load_site, validate_site_file
+
+TOKEN = "0123456789abcdef"
+
+SHORT = {
+    "-A": "--account",
+    "-C": "--constraint",
+    "-q": "--qos",
+    "-t": "--time",
+    "-N": "--nodes",
+    "-n": "--ntasks",
+    "-c": "--cpus-per-task",
+    "-J": "--job-name",
+    "-o": "--output",
+    "-e": "--error",
+    "-p": "--partition",
+    "-G": "--gpus",
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    site: str
+    source: str  # the page the block is from
+    documented: str  # its #SBATCH lines
+    request: dict[str, object]
+    extra: dict[str, str] = field(default_factory=dict)  # allowed extra line -> why
+
+
+def _option(line: str) -> tuple[str, str | None]:
+    body = line.split("#", 2)[1].removeprefix("SBATCH").strip()
+    body = re.split(r"\s+#", body, maxsplit=1)[0].strip()  # a trailing comment
+    if body.startswith("--"):
+        name, sep, value = body.partition("=")
+        if not sep and " " in name:
+            name, _, value = name.partition(" ")
+            sep = " "
+    else:
+        name, value = body[:2], body[2:].strip()
+        sep = "=" if value else ""
+    name = SHORT.get(name, name)
+    if not sep:
+        return name, None
+    value = value.strip().strip('"').strip("'")
+    if name in ("--mem", "--mem-per-gpu"):
+        value = re.sub(r"(?i)^([0-9]+)([kmgt])b?$", lambda m: m[1] + m[2].upper(), value)
+    return name, value
+
+
+def _normalised(lines: list[str]) -> dict[str, str | None]:
+    options = dict(_option(line) for line in lines)
+    nodes = int(options.get("--nodes") or 1)
+    ntasks = options.pop("--ntasks", None)
+    if ntasks is not None and "--ntasks-per-node" not in options:
+        options["--ntasks-per-node"] = str(int(ntasks) // nodes)
+    gpus = options.get("--gpus")
+    if gpus is not None and nodes == 1 and "--gpus-per-node" not in options:
+        options["--gpus-per-node"] = options.pop("--gpus")
+    if options.get("--ntasks-per-node") == "1":
+        del options["--ntasks-per-node"]
+    options.setdefault("--nodes", "1")
+    return options
+
+
+def _sbatch_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("#SBATCH")]
+
+
+EXAMPLES = {
+    "perlmutter-1node-4gpus": Example(
+        "perlmutter",
+        "https://docs.nersc.gov/jobs/examples/ (GPU: 1 node, 4 tasks, 1 GPU per task)",
+        """
+        #SBATCH -A m4321
+        #SBATCH -C gpu
+        #SBATCH -q regular
+        #SBATCH -t 1:00:00
+        #SBATCH -N 1
+        #SBATCH --ntasks-per-node=4
+        #SBATCH -c 32
+        #SBATCH --gpus-per-task=1
+        #SBATCH --gpu-bind=none
+        """,
+        dict(gpus=4, model="a100", account="m4321", time="1:00:00"),
+    ),
+    "perlmutter-80gb-debug": Example(
+        "perlmutter",
+        "https://docs.nersc.gov/systems/perlmutter/running-jobs/ (80 GB nodes: -C gpu&hbm80g)",
+        """
+        #SBATCH -A m4321
+        #SBATCH -C gpu&hbm80g
+        #SBATCH -q debug
+        #SBATCH -t 00:30:00
+        #SBATCH -N 2
+        #SBATCH --ntasks-per-node=4
+        #SBATCH -c 32
+        #SBATCH --gpus-per-task=1
+        #SBATCH --gpu-bind=none
+        """,
+        dict(gpus=4, nodes=2, model="a100-80gb", account="m4321", time="00:30:00", qos="debug"),
+    ),
+    "narval-one-gpu": Example(
+        "narval",
+        "https://docs.alliancecan.ca/wiki/Using_GPUs_with_Slurm (multi-threaded job)",
+        """
+        #SBATCH --account=def-someuser
+        #SBATCH --gpus-per-node=1         # Number of GPU(s) per node
+        #SBATCH --cpus-per-task=6         # CPU cores/threads
+        #SBATCH --mem=4000M               # memory per node
+        #SBATCH --time=0-03:00
+        """,
+        dict(
+            gpus=1,
+            model="a100",
+            account="def-someuser",
+            cpus_per_gpu=6,
+            mem_per_gpu="4000M",
+            time="0-03:00",
+        ),
+    ),
+    "narval-mig": Example(
+        "narval",
+        "https://docs.alliancecan.ca/wiki/Multi-Instance_GPU (a job on one 4g.20gb slice)",
+        """
+        #SBATCH --account=def-someuser
+        #SBATCH --gpus=a100_4g.20gb:1
+        #SBATCH --cpus-per-task=6
+        #SBATCH --mem=40gb
+        #SBATCH --time=1:00:00
+        """,
+        dict(
+            gpus=1,
+            model="a100_4g.20gb",
+            account="def-someuser",
+            cpus_per_gpu=6,
+            mem_per_gpu="40G",
+            time="1:00:00",
+        ),
+    ),
+    "jeanzay-mono-v100": Example(
+        "jeanzay",
+        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_mono_batch-eng.html",
+        """
+        #SBATCH --job-name=gpu_mono
+        #SBATCH --nodes=1
+        #SBATCH --ntasks-per-node=1
+        #SBATCH --gres=gpu:1
+        #SBATCH --cpus-per-task=10
+        #SBATCH --hint=nomultithread
+        #SBATCH --time=00:10:00
+        #SBATCH --output=gpu_mono%j.out
+        #SBATCH --error=gpu_mono%j.out
+        """,
+        dict(
+            gpus=1,
+            model="v100",
+            job_name="gpu_mono",
+            time="00:10:00",
+            output="gpu_mono%j.out",
+            error="gpu_mono%j.out",
+        ),
+        extra={"--qos=qos_gpu-t3": "IDRIS's default QoS, which the example relies on"},
+    ),
+    "jeanzay-mono-a100": Example(
+        "jeanzay",
+        "the same page, its -C a100 and --cpus-per-task=8 lines uncommented; the account "
+        "from http://www.idris.fr/eng/jean-zay/cpu/jean-zay-cpu-doc_account-eng.html",
+        """
+        #SBATCH --job-name=gpu_mono
+        #SBATCH -C a100
+        #SBATCH --account=abc@a100
+        #SBATCH --nodes=1
+        #SBATCH --ntasks-per-node=1
+        #SBATCH --gres=gpu:1
+        #SBATCH --cpus-per-task=8
+        #SBATCH --hint=nomultithread
+        #SBATCH --time=00:10:00
+        #SBATCH --output=gpu_mono%j.out
+        #SBATCH --error=gpu_mono%j.out
+        """,
+        dict(
+            gpus=1,
+            model="a100",
+            project="abc",
+            job_name="gpu_mono",
+            time="00:10:00",
+            output="gpu_mono%j.out",
+            error="gpu_mono%j.out",
+        ),
+        extra={"--qos=qos_gpu_a100-t3": "the A100 partition's default QoS"},
+    ),
+    "jeanzay-multi-mpi": Example(
+        "jeanzay",
+        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_multi_mpi_batch-eng.html",
+        """
+        #SBATCH --job-name=gpu_multi_mpi
+        #SBATCH --nodes=3
+        #SBATCH --ntasks-per-node=4
+        #SBATCH --gres=gpu:4
+        #SBATCH --cpus-per-task=10
+        #SBATCH --hint=nomultithread
+        #SBATCH --time=00:10:00
+        #SBATCH --output=gpu_multi_mpi%j.out
+        #SBATCH --error=gpu_multi_mpi%j.out
+        """,
+        dict(
+            gpus=4,
+            nodes=3,
+            model="v100",
+            job_name="gpu_multi_mpi",
+            time="00:10:00",
+            output="gpu_multi_mpi%j.out",
+            error="gpu_multi_mpi%j.out",
+        ),
+        extra={"--qos=qos_gpu-t3": "IDRIS's default QoS, which the example relies on"},
+    ),
+    "lumi-standard-g": Example(
+        "lumi",
+        "https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/lumig-job/",
+        """
+        #SBATCH --job-name=examplejob   # Job name
+        #SBATCH --output=examplejob.o%j # Name of stdout output file
+        #SBATCH --error=examplejob.e%j  # Name of stderr error file
+        #SBATCH --partition=standard-g  # partition name
+        #SBATCH --nodes=2               # Total number of nodes
+        #SBATCH --ntasks-per-node=8     # 8 MPI ranks per node, 16 total (2x8)
+        #SBATCH --gpus-per-node=8       # Allocate one gpu per MPI rank
+        #SBATCH --time=1-12:00:00       # Run time (d-hh:mm:ss)
+        #SBATCH --mail-type=all         # Send email at begin and end of job
+        #SBATCH --account=project_465000000  # Project for billing
+        #SBATCH --mail-user=username@domain.com
+        """,
+        dict(
+            gpus=8,
+            nodes=2,
+            partition="standard-g",
+            project="465000000",
+            job_name="examplejob",
+            output="examplejob.o%j",
+            error="examplejob.e%j",
+            time="1-12:00:00",
+            mail_type="all",
+            mail_user="username@domain.com",
+        ),
+    ),
+    "lonestar6-gpu-a100": Example(
+        "lonestar6",
+        "https://docs.tacc.utexas.edu/hpc/lonestar6/ (job script sample, the gpu-a100 queue)",
+        """
+        #SBATCH -J myjob           # Job name
+        #SBATCH -o myjob.o%j       # Name of stdout output file
+        #SBATCH -e myjob.e%j       # Name of stderr error file
+        #SBATCH -p gpu-a100        # Queue (partition) name
+        #SBATCH -N 1               # Total # of nodes
+        #SBATCH -n 3               # Total # of mpi tasks
+        #SBATCH -t 01:30:00        # Run time (hh:mm:ss)
+        #SBATCH --mail-type=all    # Send email at begin and end of job
+        #SBATCH -A myproject       # Project/Allocation name (req'd if you have more than 1)
+        #SBATCH --mail-user=username@tacc.utexas.edu
+        """,
+        dict(
+            gpus=3,
+            model="a100",
+            partition="gpu-a100",
+            account="myproject",
+            job_name="myjob",
+            output="myjob.o%j",
+            error="myjob.e%j",
+            time="01:30:00",
+            mail_type="all",
+            mail_user="username@tacc.utexas.edu",
+        ),
+    ),
+}
+
+SITES = ("perlmutter", "narval", "jeanzay", "lumi", "lonestar6")
+
+
+def _rendered(example: Example) -> list[str]:
+    site = load_site(site_configs_dir() / f"{example.site}.yaml")
+    request = JobRequest("train.py", token=TOKEN, **example.request)  # type: ignore[arg-type]
+    job = resolve(site, request, choose_interpreter=False)
+    return _sbatch_lines(render(site, job, python="/usr/bin/python3").script)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_documented_example_renders_line_for_line(name: str) -> None:
+    example = EXAMPLES[name]
+    documented = _normalised(_sbatch_lines(example.documented))
+    rendered = _normalised(_rendered(example))
+    allowed = {"--comment": f"clusterjob:{TOKEN}", **{"--job-name": rendered.get("--job-name")}}
+    for line in example.extra:
+        key, value = _option(f"#SBATCH {line}")
+        allowed[key] = value
+    missing = {k: v for k, v in documented.items() if rendered.get(k, "<absent>") != v}
+    extra = {
+        k: v for k, v in rendered.items() if k not in documented and allowed.get(k, "<x>") != v
+    }
+    assert not missing, f"{name}: documented lines not rendered as documented: {missing}"
+    assert not extra, f"{name}: lines the documentation does not have: {extra}"
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_each_example_site_validates_and_names_its_sources(name: str) -> None:
+    path = site_configs_dir() / f"{name}.yaml"
+    site, issues = validate_site_file(path)
+    assert site is not None and [str(i) for i in issues] == []
+    head = path.read_text().split("\nsite:", 1)[0]
+    assert "https://" in head or "http://" in head, "the file names the pages it follows"
+    assert "GUESSES" in head, "the file says what no document gives"
+
+
+def test_every_example_site_has_a_documented_example() -> None:
+    assert {e.site for e in EXAMPLES.values()} == set(SITES)
