@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from clusterjob.cli import site_app
 from clusterjob.cli.common import JsonOption, SiteOption, load_site
-from clusterjob.site.model import Site
+
+if TYPE_CHECKING:  # `clusterjob --help` imports every command module: not the site model
+    from clusterjob.site.model import Site
 
 
 @site_app.command("validate")

@@ -8,7 +8,6 @@ not called ``run``: ``clusterjob.cli.run`` is the app's entry function and would
 from __future__ import annotations
 
 import os
-import socket
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -72,6 +71,8 @@ class _RunCommand(TyperCommand):
 
 
 def _node_names() -> tuple[str, ...]:
+    import socket  # where used: `clusterjob --help` imports every command module
+
     full = socket.gethostname()
     return (full.split(".")[0], full)
 
