@@ -20,6 +20,7 @@ from doc_blocks import REPO, SHELLS, all_blocks, commands
 from clusterjob.sandbox import cluster
 
 from .conftest import Cli, Sandbox
+from .test_install_hooks import _prolog_records
 
 pytestmark = pytest.mark.slurm
 
@@ -157,11 +158,7 @@ def test_the_prolog_wrapper_shown_is_the_file_slurmd_runs_and_a_job_passes(
     fields = sandbox.wait_job(job_id, timeout=120)
     assert fields["JobState"] == "COMPLETED", fields
     assert out.read_text() == "passed the prolog\n"
-    logged = [
-        json.loads(line)
-        for line in layout.prolog_log.read_text().splitlines()
-        if f'"{job_id}"' in line
-    ]
+    logged = _prolog_records(layout, job_id)
     assert [(r["node"], r["outcome"]) for r in logged] == [("gpu1", "ok")]
 
 
