@@ -18,6 +18,13 @@ def main(argv: list[str] | None = None) -> int:
         from clusterjob.node.hooks import hook_main
 
         return hook_main(args)
+    if args[:1] == ["submit"]:  # python3 on PATH may be a shim that runs a process to name its
+        # interpreter: start it now, while Typer and the command load (see interpreter.py)
+        import os
+
+        from clusterjob.jobscript.interpreter import start_find_submit_python
+
+        start_find_submit_python(os.environ, for_later=True)
     from clusterjob.cli import run
 
     return run(args)

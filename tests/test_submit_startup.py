@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from test_request import GRES_SITE, make_site
 
 import clusterjob.jobscript.render as render_module
+from clusterjob import resources
 from clusterjob.jobscript.interpreter import find_submit_python, start_find_submit_python
 from clusterjob.jobscript.render import render
 from clusterjob.jobscript.request import JobRequest, resolve
@@ -108,3 +110,34 @@ def test_a_shim_never_asked_for_its_answer_is_ended_quietly(tmp_path: Path) -> N
     answer = start_find_submit_python(_shim(tmp_path, tmp_path / "never"))
     del answer
     gc.collect()
+
+
+def test_a_start_kept_for_later_is_taken_once(tmp_path: Path) -> None:
+    """``clusterjob submit`` starts the shim as the process starts; the command takes that
+    same pending answer, and a later ask (another submit in this process) asks again."""
+    go = tmp_path / "go"
+    go.touch()
+    environ = _shim(tmp_path, go)
+    kept = start_find_submit_python(environ, for_later=True)
+    assert start_find_submit_python(dict(environ, OTHER="1")) is not kept
+    taken = start_find_submit_python(environ)
+    assert taken is kept
+    assert taken().python == taken().python == sys.executable  # asked twice: one answer
+    assert start_find_submit_python(environ) is not kept
+
+
+def test_submit_through_main_resolves_the_shim(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    go.touch()
+    environ = dict(os.environ, **_shim(tmp_path, go))
+    environ["PATH"] += os.pathsep + os.environ["PATH"]
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    site = resources.site_configs_dir() / "mllab.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterjob", "submit", str(script), "--gpus", "1",
+         "--model", "A100", "--site", str(site), "--dry-run"],
+        env=environ, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"python={sys.executable}\n" in done.stdout

@@ -50,13 +50,29 @@ def find_submit_python(environ: Mapping[str, str]) -> SubmitPython:
     return start_find_submit_python(environ)()
 
 
-def start_find_submit_python(environ: Mapping[str, str]) -> Callable[[], SubmitPython]:
+def start_find_submit_python(
+    environ: Mapping[str, str], *, for_later: bool = False
+) -> Callable[[], SubmitPython]:
     """``find_submit_python`` begun now, its answer given when the result is called.
 
     A shim on PATH (pyenv, asdf) takes a process of its own to name its interpreter (60 ms
-    or more); ``submit`` starts it first and asks for the answer only when it resolves the
+    or more, 200 ms on a busy machine). ``clusterjob submit`` starts it as the process starts
+    (``clusterjob.__main__``, ``for_later``: kept for the next caller with the same environment
+    and working directory, who takes it) and asks for the answer only when it resolves the
     request, so the shim runs while the command imports its code and loads the site.
     """
+    key = (os.getcwd(), tuple(sorted(environ.items())))
+    pending = _STARTED.pop(key, None) or _start(environ)
+    if for_later:
+        _STARTED.clear()  # one kept at most
+        _STARTED[key] = pending
+    return pending
+
+
+_STARTED: dict[tuple[str, tuple[tuple[str, str], ...]], Callable[[], SubmitPython]] = {}
+
+
+def _start(environ: Mapping[str, str]) -> Callable[[], SubmitPython]:
     path = environ.get("PATH", os.defpath)
     active = environ.get("VIRTUAL_ENV") or environ.get("CONDA_PREFIX") or None
     for name in ("python3", "python"):
@@ -84,14 +100,18 @@ def _start_real_executable(found: str, environ: Mapping[str, str]) -> Callable[[
     except (OSError, subprocess.SubprocessError):
         return lambda: found
 
+    said: list[str] = []  # the answer, once read (a second call asks no process)
+
     def answer() -> str:
-        try:
-            out, _ = proc.communicate(timeout=20)
-        except subprocess.SubprocessError:
-            _reap(proc)
-            return found
-        said = out.strip()
-        return said if proc.returncode == 0 and os.path.isabs(said) else found
+        if not said:
+            try:
+                out, _ = proc.communicate(timeout=20)
+            except subprocess.SubprocessError:
+                _reap(proc)
+                out = ""
+            text = out.strip()
+            said.append(text if proc.returncode == 0 and os.path.isabs(text) else found)
+        return said[0]
 
     weakref.finalize(answer, _reap, proc)  # a submit that failed before asking: no stray child
     return answer
