@@ -35,6 +35,7 @@ SSH_LOST = "ssh connection to the cluster failed"  # a transient marker (runner.
 CONTROL_PERSIST = "600"  # seconds the shared connection outlives its last command
 CONNECT_TIMEOUT = "20"
 RUNTIME_DIR_ENV = envvars.RUNTIME_DIR
+SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its NUL on Linux
 SSH_CONFIG_ENV = envvars.SSH_CONFIG  # an ssh_config file (-F) instead of ~/.ssh/config
 
 _SPEC = re.compile(
@@ -112,7 +113,13 @@ def control_path(environ: Mapping[str, str] | None = None) -> str:
             f"{directory} (ssh's control sockets) must belong to you with mode 0700; "
             f"set {RUNTIME_DIR_ENV} to a private directory"
         )
-    return str(directory / "cm-%C")
+    path = str(directory / "cm-%C")
+    if len(path) - 2 + 40 > SOCKET_PATH_MAX:  # %C is 40 hex digits
+        raise UsageError(
+            f"{directory} is too long a directory for ssh's control socket (a socket path "
+            f"has at most {SOCKET_PATH_MAX} bytes); set {RUNTIME_DIR_ENV} to a shorter one"
+        )
+    return path
 
 
 def ssh_base(
