@@ -479,16 +479,20 @@ def checks_page() -> str:
         first = checks[0]
         needs = ", ".join(sorted(n.name.lower() for n in first.needs)) or "-"
         docs = [d for d in (_first_line(c.run) for c in checks) if d]
+        reads, action = REGISTRY.described(check_id)
         rows.append(
             [
                 f"`{check_id}`",
                 first.severity.value,
+                reads,
+                action,
                 f"{first.stage.value} ({first.stage.name.lower()})",
                 needs,
                 " ".join(docs),
             ]
         )
-    out += _table(["check", "default severity", "stage", "needs", "what it checks"], rows)
+    headers = ["check", "default severity", "reads", "what to do when it fires", "stage"]
+    out += _table([*headers, "needs", "what it checks"], rows)
     return "\n".join([*out, ""])
 
 

@@ -148,9 +148,16 @@ def test_every_exit_code_has_an_entry() -> None:
 
 
 def test_every_node_check_has_an_entry() -> None:
+    """Each registered check, with its default severity, what it reads and what a person
+    should do when it fires."""
     page = _page("checks.md")
-    rows = re.findall(r"^\| `([a-z0-9-]+)` \|", page, re.M)
-    assert rows == list(REGISTRY.ids)
+    cell = r"((?:[^|\\]|\\.)+)"  # a cell, pipes in it escaped
+    rows = re.findall(rf"^\| `([a-z0-9-]+)` \| (\w+) \| {cell} \| {cell} \|", page, re.M)
+    assert [r[0] for r in rows] == list(REGISTRY.ids)
+    severity = {c.id: c.severity.value for c in reversed(REGISTRY.checks)}  # the first's
+    for check_id, default, reads, action in rows:
+        assert default == severity[check_id], check_id
+        assert reads.strip() and action.strip(), check_id
 
 
 def test_every_site_key_has_an_entry() -> None:

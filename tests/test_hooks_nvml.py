@@ -606,17 +606,19 @@ def test_gpus_table(node: Node, tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (0, "")
     lines = done.stdout.splitlines()
     assert lines[0].split() == [
-        "INDEX", "BUS", "ID", "NAME", "MEMORY", "MINOR", "UUID", "HEALTH", "IN", "USE", "BY",
+        "INDEX", "BUS", "ID", "NAME", "MEMORY", "MINOR", "UUID", "HEALTH", "LINKS", "IN", "USE",
+        "BY",
     ]  # fmt: skip
     rows = [line.split(None, 7) for line in lines[1:5]]
     assert [r[:2] for r in rows] == [["0", BUSES[0]], ["1", BUSES[1]], ["2", BUSES[2]],
                                      ["3", BUSES[3]]]  # fmt: skip
-    assert lines[1].endswith(f"{u[0]}  ok      -")
-    assert re.search(
-        rf"{u[1]}  ok      claimed by \S+ \(pid 777, since [\d:]+: python train\.py\)$", lines[2]
-    )
-    assert lines[3].endswith(f"{u[2]}  ecc:2   -")
-    assert lines[4].endswith(f"{u[3]}  ok      pid 4242 python (3 GiB)")
+    cells = [re.split(r"\s{2,}", line)[5:] for line in lines[1:5]]
+    assert cells[0] == [u[0], "ok", "x16 gen4, nvlink 12/12", "-"]
+    assert cells[1][:3] == [u[1], "ok", "x16 gen4, nvlink 12/12"]
+    assert re.fullmatch(r"claimed by \S+ \(pid 777, since [\d:]+: python train\.py\)", cells[1][3])
+    assert cells[2] == [u[2], "ecc:2", "x16 gen3, nvlink 6/6", "-"]
+    # pid 4242 is no process here: its user is unknown
+    assert cells[3] == [u[3], "ok", "x16 gen3, nvlink 6/6", "pid 4242 python (3 GiB, ?)"]
     assert lines[5] == "driver 550.54.15, CUDA 12.4, 4 GPU(s)"
 
 
@@ -788,13 +790,34 @@ def test_gpus_table_health_names_link_clock_and_fabric_problems(node: Node) -> N
     )
     done = node.run("gpus")
     assert (done.returncode, done.stderr) == (0, "")
-    health = [re.split(r"\s{2,}", line)[6] for line in done.stdout.splitlines()[1:5]]
-    assert health == [
+    cells = [re.split(r"\s{2,}", line) for line in done.stdout.splitlines()[1:5]]
+    assert [c[6] for c in cells] == [
         "ok",
         "pcie:x8/x16,nvlink:17/18",
         "fabric:not_started,hw_slowdown",
         "hot:87C,persistence-off",
     ]
+    assert [c[7] for c in cells] == [  # the facts behind them, problem or not
+        "x16 gen5, nvlink 18/18, fabric completed",
+        "x8/x16 gen5, nvlink 17/18, fabric completed",
+        "x16 gen5, nvlink 18/18, fabric not_started, clocks gpu_idle+hw_slowdown",
+        "x16 gen5, nvlink 18/18, fabric completed",
+    ]
+
+
+def test_gpus_table_lists_mig_slices_under_their_gpu(node: Node) -> None:
+    scenario = migged("3g.40gb", "3g.40gb")
+    node.setup(scenario, slot_extra=HALF)
+    done = node.run("gpus")
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    slices = [re.split(r"\s{2,}", line)[:6] for line in lines[2:4]]
+    assert slices == [
+        [f"0/{k}", BUSES[0], "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "40 GiB", "-", uuid]
+        for k, (_, uuid) in enumerate(scenario.gpus[0].mig_devices)
+    ]
+    assert re.split(r"\s{2,}", lines[1])[6] == "mig"
+    assert lines[-1] == "driver 550.54.15, CUDA 12.4, 4 GPU(s), 2 MIG slice(s)"
 
 
 # -- the site's say: driver minimum and severity per check, site-wide and per partition ----

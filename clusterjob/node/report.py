@@ -139,32 +139,66 @@ def in_use_by(gpu: Gpu, holders: Mapping[str, str]) -> str:
         parts.append("processes: ?")
     elif gpu.processes:
         parts.append(
-            ", ".join(f"pid {p.pid} {p.name or '?'} ({_gib(p.used_memory)})" for p in gpu.processes)
+            ", ".join(
+                f"pid {p.pid} {p.name or '?'} ({_gib(p.used_memory)}, {p.user or '?'})"
+                for p in gpu.processes
+            )
         )
     return "; ".join(parts) or "-"
+
+
+def gpu_links(gpu: Gpu) -> str:
+    """The ``gpus`` table's LINKS: PCIe width and generation (``x8/x16`` below the board's
+    maximum), NVLinks up of all, NVSwitch fabric state, and the clock-event reasons active now;
+    "-" where NVML tells none of these."""
+    parts = []
+    if gpu.pcie_link_width is not None:
+        width, most = gpu.pcie_link_width, gpu.pcie_link_width_max
+        shown = f"x{width}/x{most}" if most is not None and width < most else f"x{width}"
+        parts.append(f"{shown} gen{gpu.pcie_link_gen if gpu.pcie_link_gen is not None else '?'}")
+    if gpu.nvlink_active:
+        parts.append(f"nvlink {sum(gpu.nvlink_active)}/{len(gpu.nvlink_active)}")
+    if gpu.fabric_state is not None:
+        failed = gpu.fabric_state == "completed" and gpu.fabric_status
+        parts.append(f"fabric {'failed' if failed else gpu.fabric_state}")
+    if gpu.clock_event_reasons:
+        parts.append("clocks " + "+".join(clock_event_names(gpu.clock_event_reasons)))
+    return ", ".join(parts) or "-"
 
 
 def render_inventory(inv: GpuInventory, holders: Mapping[str, str] | None = None) -> str:
     """The ``clusterjob gpus`` table, in PCI bus order (NVML's own index shown for reference)."""
     holders = holders or {}
-    header = ("INDEX", "BUS ID", "NAME", "MEMORY", "MINOR", "UUID", "HEALTH", "IN USE BY")
-    rows = [
-        (
-            str(g.index),
-            g.bus_id,
-            g.name or "-",
-            _gib(g.memory_total),
-            "-" if g.minor is None else str(g.minor),
-            g.uuid or "-",
-            gpu_health(g),
-            in_use_by(g, holders),
+    header = (
+        "INDEX", "BUS ID", "NAME", "MEMORY", "MINOR", "UUID", "HEALTH", "LINKS", "IN USE BY"
+    )  # fmt: skip
+    rows: list[tuple[str, ...]] = []
+    gpus = sorted(inv.gpus, key=lambda g: g.bus_id)
+    for g in gpus:
+        rows.append(
+            (
+                str(g.index),
+                g.bus_id,
+                g.name or "-",
+                _gib(g.memory_total),
+                "-" if g.minor is None else str(g.minor),
+                g.uuid or "-",
+                gpu_health(g),
+                gpu_links(g),
+                in_use_by(g, holders),
+            )
         )
-        for g in sorted(inv.gpus, key=lambda g: g.bus_id)
-    ]
+        rows += [  # its MIG slices, under it: GPU index/MIG device index
+            (f"{g.index}/{m.index}", g.bus_id, m.name or "-", _gib(m.memory_total), "-",
+             m.uuid or "-", "-", "-", "-")
+            for m in g.mig_devices or ()
+        ]  # fmt: skip
     lines = format_table(header, rows) if rows else ["no GPUs"]
     cuda = inv.cuda_driver_version
     cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else "-"
-    lines.append(f"driver {inv.driver_version or '-'}, CUDA {cuda_text}, {len(rows)} GPU(s)")
+    slices = sum(len(g.mig_devices or ()) for g in gpus)
+    counted = f"{len(gpus)} GPU(s)" + (f", {slices} MIG slice(s)" if slices else "")
+    lines.append(f"driver {inv.driver_version or '-'}, CUDA {cuda_text}, {counted}")
     return "\n".join(lines)
 
 

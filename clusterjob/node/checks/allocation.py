@@ -11,7 +11,17 @@ from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Stage, check
 
 
-@check("alloc-env", Severity.WARNING, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
+@check(
+    "alloc-env",
+    Severity.WARNING,
+    stage=Stage.ALLOCATION,
+    needs={Need.ALLOCATION},
+    reads="Slurm's GPU variables",
+    action=(
+        "a variable Slurm (or a wrapper) set that CUDA reads otherwise: fix the job's "
+        "environment or the TaskProlog"
+    ),
+)
 def alloc_env_problems(facts: Facts) -> Iterator[Observation]:
     """Variables that could not be understood (see ``allocation_from_env``)."""
     problems = facts.allocation.problems if facts.allocation is not None else ()
@@ -19,7 +29,19 @@ def alloc_env_problems(facts: Facts) -> Iterator[Observation]:
         yield Observation(f"{facts.node}: {problem}")
 
 
-@check("alloc-slot", Severity.ERROR, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
+@check(
+    "alloc-slot",
+    Severity.ERROR,
+    stage=Stage.ALLOCATION,
+    needs={Need.ALLOCATION},
+    reads=(
+        "`SLURM_JOB_GPUS` / `SLURM_STEP_GPUS` / `CUDA_VISIBLE_DEVICES` against the node map's"
+        " GRES indices (GPUs, and MIG slices where MIG is on)"
+    ),
+    action=(
+        "gres.conf and the node map disagree: regenerate gres.conf with `clusterjob site gres-conf`"
+    ),
+)
 def alloc_slot_uuids(facts: Facts) -> Iterator[Observation]:
     """Each GPU UUID in CUDA_VISIBLE_DEVICES must name exactly one GPU of this node."""
     for u, hits in facts.uuid_matches:
@@ -61,7 +83,17 @@ def alloc_slot_range(facts: Facts) -> Iterator[Observation]:
             )
 
 
-@check("alloc-count", Severity.ERROR, stage=Stage.REQUEST, needs={Need.EXPECT_COUNT})
+@check(
+    "alloc-count",
+    Severity.ERROR,
+    stage=Stage.REQUEST,
+    needs={Need.EXPECT_COUNT},
+    reads="the job's `--gpus` (`CLUSTERJOB_EXPECT_COUNT`) against the GRES indices it was given",
+    action=(
+        "the job got another number of GPUs than it asked for: check the partition's GRES and"
+        " the job's options"
+    ),
+)
 def alloc_count(facts: Facts) -> Iterator[Observation]:
     got = len(set(facts.allocated)) if facts.allocated is not None else 0
     if got == facts.expect_count:
@@ -76,7 +108,21 @@ def alloc_count(facts: Facts) -> Iterator[Observation]:
     )
 
 
-@check("alloc-model", Severity.ERROR, stage=Stage.REQUEST, needs={Need.EXPECT_MODEL})
+@check(
+    "alloc-model",
+    Severity.ERROR,
+    stage=Stage.REQUEST,
+    needs={Need.EXPECT_MODEL},
+    reads=(
+        "the job's `--model` (`CLUSTERJOB_EXPECT_MODEL`) against `nvmlDeviceGetName` of each "
+        "GPU, and of each MIG slice it was given (by GRES index or `MIG-` UUID; a site model "
+        "per profile)"
+    ),
+    action=(
+        "the job got other GPUs (or slices) than it asked for: gres.conf types or the map's "
+        "`mig:` slices are out of date"
+    ),
+)
 def alloc_model(facts: Facts) -> Iterator[Observation]:
     wanted = facts.expect_model or ""
     for s, gpu in facts.job_gpus:
@@ -94,7 +140,21 @@ def alloc_model(facts: Facts) -> Iterator[Observation]:
             )
 
 
-@check("alloc-mig", Severity.ERROR, stage=Stage.ALLOCATION, needs={Need.ALLOCATION})
+@check(
+    "alloc-mig",
+    Severity.ERROR,
+    stage=Stage.ALLOCATION,
+    needs={Need.ALLOCATION},
+    reads=(
+        "the `MIG-` UUIDs in `CUDA_VISIBLE_DEVICES`, and the map's slices of the job's GRES "
+        "indices, against `nvmlDeviceGetMigDeviceHandleByIndex` and each slice's "
+        "`nvmlDeviceGetGpuInstanceId`"
+    ),
+    action=(
+        "the slices changed under Slurm: recreate them as the map says, or fix the map and "
+        "gres.conf, then restart slurmd"
+    ),
+)
 def alloc_mig(facts: Facts) -> Iterator[Observation]:
     """Each MIG device of CUDA_VISIBLE_DEVICES must be a MIG device NVML lists on this node
     (by UUID, or the older MIG-GPU-<uuid>/<gpu instance>/<compute instance> form), and each

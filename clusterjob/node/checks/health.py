@@ -45,7 +45,17 @@ def _version(text: str) -> tuple[int, ...] | None:
         return None
 
 
-@check("driver-version", Severity.ERROR, stage=Stage.MAP, needs={Need.DRIVER_MIN})
+@check(
+    "driver-version",
+    Severity.ERROR,
+    stage=Stage.MAP,
+    needs={Need.DRIVER_MIN},
+    reads=(
+        "`nvmlSystemGetDriverVersion`, `nvmlSystemGetCudaDriverVersion_v2` against "
+        "`checks.driver_min`, `checks.cuda_min`"
+    ),
+    action="upgrade the NVIDIA driver on the node (and reboot)",
+)
 def driver_version(facts: Facts) -> Iterator[Observation]:
     """The NVIDIA driver and the CUDA version it supports against the site's (or the job's
     partition's) ``checks.driver_min`` and ``checks.cuda_min``. What NVML cannot name is
@@ -71,13 +81,25 @@ def driver_version(facts: Facts) -> Iterator[Observation]:
         )
 
 
-@check("gpu-lost", Severity.ERROR, stage=Stage.HEALTH)
+@check(
+    "gpu-lost",
+    Severity.ERROR,
+    stage=Stage.HEALTH,
+    reads="`GPU_IS_LOST` from any call",
+    action="dmesg (Xid 79), reset the GPU or reboot",
+)
 def gpu_lost(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     if gpu.lost:
         yield _observe(facts, gpu, "NVML says GPU is lost -- reset or reboot the node", "lost")
 
 
-@check("ecc-uncorrectable", Severity.ERROR, stage=Stage.HEALTH)
+@check(
+    "ecc-uncorrectable",
+    Severity.ERROR,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetTotalEccErrors` (volatile, uncorrected)",
+    action="reset the GPU; if it recurs, RMA",
+)
 def ecc_uncorrectable(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     n = gpu.ecc_uncorrectable_volatile
     if n and not gpu.lost:
@@ -85,21 +107,39 @@ def ecc_uncorrectable(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
         yield _observe(facts, gpu, what, str(n), _on_job(facts, gpu))
 
 
-@check("row-remap-failure", Severity.ERROR, stage=Stage.HEALTH)
+@check(
+    "row-remap-failure",
+    Severity.ERROR,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetRemappedRows`",
+    action="the GPU needs service (RMA)",
+)
 def row_remap_failure(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     if gpu.remapped_rows_failure and not gpu.lost:
         what = "row remapping failed -- the GPU needs service"
         yield _observe(facts, gpu, what, "remap failure", _on_job(facts, gpu))
 
 
-@check("row-remap-pending", Severity.WARNING, stage=Stage.HEALTH)
+@check(
+    "row-remap-pending",
+    Severity.WARNING,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetRemappedRows`",
+    action="reset the GPU when idle to apply the remap",
+)
 def row_remap_pending(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     if gpu.remapped_rows_pending and not gpu.lost:
         what = "row remapping pending -- reset the GPU to apply it"
         yield _observe(facts, gpu, what, "remap pending")
 
 
-@check("mig-pending", Severity.ERROR, stage=Stage.HEALTH)
+@check(
+    "mig-pending",
+    Severity.ERROR,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetMigMode` (current against pending)",
+    action="reset the GPU (`nvidia-smi -r`) so the pending MIG mode takes effect",
+)
 def mig_pending(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     current, pending = gpu.mig_current, gpu.mig_pending
     if gpu.lost or current is None or pending is None or current == pending:
@@ -116,7 +156,15 @@ _SW_THERMAL = 0x20
 HOT_MARGIN_C = 5  # gpu-hot: an idle GPU this close to its own slowdown temperature
 
 
-@check("pcie-degraded", Severity.WARNING, stage=Stage.HEALTH)
+@check(
+    "pcie-degraded",
+    Severity.WARNING,
+    stage=Stage.HEALTH,
+    reads=(
+        "`nvmlDeviceGetCurrPcieLinkWidth`, `...MaxPcieLinkWidth`, `...Curr/MaxPcieLinkGeneration`"
+    ),
+    action="reseat the board, check the slot and riser; `nvidia-smi -q -d PCIE`",
+)
 def pcie_degraded(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """Link width below the maximum is a fault (reseat the board, check the riser); a lower
     generation alone is information only: many boards drop the link speed at idle."""
@@ -136,7 +184,16 @@ def pcie_degraded(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
         yield _observe(facts, gpu, what, link, Severity.INFO)
 
 
-@check("nvlink-down", Severity.ERROR, stage=Stage.HEALTH)
+@check(
+    "nvlink-down",
+    Severity.ERROR,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetNvLinkState` per link; the slot's `nvlinks:`",
+    action=(
+        "check NVLink bridges / NVSwitch trays and nvidia-fabricmanager, reset the GPU; "
+        "`nvidia-smi nvlink -s`"
+    ),
+)
 def nvlink_down(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """Fewer active NVLinks than the node map's ``nvlinks`` (an error on the job's GPUs);
     without that key, some links down while others are up (a warning). Unknown: nothing."""
@@ -164,7 +221,16 @@ def nvlink_down(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
         yield _observe(facts, gpu, what, found, Severity.WARNING)
 
 
-@check("nvlink-fabric", Severity.ERROR, stage=Stage.HEALTH)
+@check(
+    "nvlink-fabric",
+    Severity.ERROR,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetGpuFabricInfo` (NVSwitch systems)",
+    action=(
+        "CUDA cannot start until the fabric manager registers the GPU: `systemctl status "
+        "nvidia-fabricmanager`, its log"
+    ),
+)
 def nvlink_fabric(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """NVSwitch systems: CUDA cannot start on a GPU the fabric manager has not registered."""
     state, status = gpu.fabric_state, gpu.fabric_status
@@ -180,7 +246,16 @@ def nvlink_fabric(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     yield _observe(facts, gpu, what, found, _on_job(facts, gpu))
 
 
-@check("clocks-throttled", Severity.ERROR, stage=Stage.HEALTH)
+@check(
+    "clocks-throttled",
+    Severity.ERROR,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetCurrentClocksEventReasons` (older drivers: `...ThrottleReasons`)",
+    action=(
+        "an idle GPU held down is a cooling, PSU or power-brake cable fault: `nvidia-smi -q "
+        "-d PERFORMANCE`"
+    ),
+)
 def clocks_throttled(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """Hardware slowdown, thermal or power-brake at job start (the GPU is idle): a cooling,
     power-supply or board fault. Software thermal slowdown alone is a warning."""
@@ -199,7 +274,13 @@ def clocks_throttled(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
         yield _observe(facts, gpu, what, "sw_thermal", Severity.WARNING)
 
 
-@check("gpu-hot", Severity.WARNING, stage=Stage.HEALTH)
+@check(
+    "gpu-hot",
+    Severity.WARNING,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetTemperature`, `...TemperatureThreshold` (slowdown)",
+    action="within 5 C of its slowdown temperature before the job: check fans and airflow",
+)
 def gpu_hot(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     temp, slowdown = gpu.temperature, gpu.temperature_slowdown
     if gpu.lost or temp is None or slowdown is None or temp < slowdown - HOT_MARGIN_C:
@@ -208,7 +289,16 @@ def gpu_hot(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     yield _observe(facts, gpu, what, f"{temp} C")
 
 
-@check("power-capped", Severity.WARNING, stage=Stage.HEALTH)
+@check(
+    "power-capped",
+    Severity.WARNING,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetEnforcedPowerLimit` against `nvmlDeviceGetPowerManagementDefaultLimit`",
+    action=(
+        "`nvidia-smi -i BUS -pl WATTS` back to the default, unless the cap is the site's "
+        'choice (then `checks.severity: {power-capped: "off"}`)'
+    ),
+)
 def power_capped(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """An enforced power limit below the board's default: clocks drop under load."""
     limit, default = gpu.power_limit, gpu.power_limit_default
@@ -221,7 +311,13 @@ def power_capped(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     yield _observe(facts, gpu, what, f"{limit // 1000} W", expected=f"{default // 1000} W")
 
 
-@check("retired-pages-pending", Severity.WARNING, stage=Stage.HEALTH)
+@check(
+    "retired-pages-pending",
+    Severity.WARNING,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetRetiredPagesPendingStatus` (boards before Ampere; later ones remap rows)",
+    action="reset the GPU or reboot so the pages are retired",
+)
 def retired_pages_pending(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     if gpu.lost or not gpu.retired_pages_pending:
         return
@@ -229,7 +325,19 @@ def retired_pages_pending(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     yield _observe(facts, gpu, what, "retirement pending")
 
 
-@check("gpu-busy", Severity.ERROR, stage=Stage.HEALTH)
+@check(
+    "gpu-busy",
+    Severity.ERROR,
+    stage=Stage.HEALTH,
+    reads=(
+        "`nvmlDeviceGetComputeRunningProcesses` on the job's GPUs, each process's user (the "
+        "owner of /proc/PID)"
+    ),
+    action=(
+        "a leftover of an earlier job (or a process outside Slurm): kill the pid, tell its "
+        "user, find why the Epilog missed it"
+    ),
+)
 def gpu_busy(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """Compute processes on a GPU this job was given, before it starts: another job's leftover
     (or a process outside Slurm). Other jobs' GPUs are theirs to use: not looked at. Inside the
@@ -245,7 +353,14 @@ def gpu_busy(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     yield _observe(facts, gpu, what, found, severity)
 
 
-@check("numa-affinity", Severity.WARNING, stage=Stage.HEALTH, needs={Need.JOB_CPUS})
+@check(
+    "numa-affinity",
+    Severity.WARNING,
+    stage=Stage.HEALTH,
+    needs={Need.JOB_CPUS},
+    reads="`nvmlDeviceGetCpuAffinity` against the job's CPUs (inside the job: its CPU affinity)",
+    action="`--gres-flags=enforce-binding`, and `Cores=` in gres.conf",
+)
 def numa_affinity(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     """Every CPU the job may use is on another NUMA node than a GPU it was given: each
     host<->GPU copy crosses the socket link."""
@@ -265,7 +380,13 @@ def numa_affinity(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     yield _observe(facts, gpu, what, cpu_list(job_cpus), expected=near_text)
 
 
-@check("persistence-off", Severity.WARNING, stage=Stage.HEALTH)
+@check(
+    "persistence-off",
+    Severity.WARNING,
+    stage=Stage.HEALTH,
+    reads="`nvmlDeviceGetPersistenceMode`",
+    action="enable `nvidia-persistenced`",
+)
 def persistence_off(facts: Facts, gpu: Gpu) -> Iterator[Observation]:
     if gpu.lost or gpu.persistence_mode is not False:
         return

@@ -12,7 +12,13 @@ from clusterjob.node.checks.registry import Observation, Stage, check
 from clusterjob.site.model import NodeGpu
 
 
-@check("node-unmapped", Severity.WARNING, stage=Stage.MAP)
+@check(
+    "node-unmapped",
+    Severity.WARNING,
+    stage=Stage.MAP,
+    reads="the node map",
+    action="add the node to `node_map`",
+)
 def node_unmapped(facts: Facts) -> Iterator[Observation]:
     if facts.node_map is not None:
         return
@@ -24,7 +30,17 @@ def node_unmapped(facts: Facts) -> Iterator[Observation]:
     )
 
 
-@check("gpu-count", Severity.ERROR, stage=Stage.MAP, needs={Need.NODE_MAP})
+@check(
+    "gpu-count",
+    Severity.ERROR,
+    stage=Stage.MAP,
+    needs={Need.NODE_MAP},
+    reads="`nvmlDeviceGetCount`",
+    action=(
+        "a GPU fell off the bus or the map is wrong: `nvidia-smi`, dmesg (Xid 79), reseat / "
+        "fix the map"
+    ),
+)
 def gpu_count(facts: Facts) -> Iterator[Observation]:
     expected, found = len(facts.map_slots), len(facts.physical)
     if found != expected:
@@ -35,7 +51,14 @@ def gpu_count(facts: Facts) -> Iterator[Observation]:
         )
 
 
-@check("gpu-missing", Severity.ERROR, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+@check(
+    "gpu-missing",
+    Severity.ERROR,
+    stage=Stage.SLOTS,
+    needs={Need.NODE_MAP},
+    reads="each GPU's PCI bus ID (`nvmlDeviceGetPciInfo_v3`)",
+    action="the map's GPU at that bus ID is gone: as for `gpu-count`",
+)
 def gpu_missing(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
     if gpu is not None:
         return
@@ -49,7 +72,14 @@ def gpu_missing(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observ
     )
 
 
-@check("model-mismatch", Severity.ERROR, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+@check(
+    "model-mismatch",
+    Severity.ERROR,
+    stage=Stage.SLOTS,
+    needs={Need.NODE_MAP},
+    reads="`nvmlDeviceGetName`",
+    action="boards swapped or map wrong: fix one of them",
+)
 def model_mismatch(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
     if gpu is None or gpu.lost:  # a lost GPU cannot say what it is: gpu-lost reports it
         return
@@ -64,7 +94,14 @@ def model_mismatch(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Obs
         )
 
 
-@check("gpu-uuid", Severity.WARNING, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+@check(
+    "gpu-uuid",
+    Severity.WARNING,
+    stage=Stage.SLOTS,
+    needs={Need.NODE_MAP},
+    reads="`nvmlDeviceGetUUID`",
+    action="board replaced: update the slot's `uuid`",
+)
 def gpu_uuid(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
     if gpu is None or gpu.lost:
         return
@@ -79,7 +116,14 @@ def gpu_uuid(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observati
         )
 
 
-@check("gpu-extra", Severity.ERROR, stage=Stage.EXTRA, needs={Need.NODE_MAP})
+@check(
+    "gpu-extra",
+    Severity.ERROR,
+    stage=Stage.EXTRA,
+    needs={Need.NODE_MAP},
+    reads="each GPU's PCI bus ID",
+    action="a GPU the map lacks: add it in bus order (GRES and CUDA indices disagree until then)",
+)
 def gpu_extra(facts: Facts) -> Iterator[Observation]:
     for gpu in facts.extra:
         yield Observation(
@@ -92,7 +136,17 @@ def gpu_extra(facts: Facts) -> Iterator[Observation]:
         )
 
 
-@check("gres-index", Severity.ERROR, stage=Stage.DEVICE_FILES, needs={Need.NODE_MAP})
+@check(
+    "gres-index",
+    Severity.ERROR,
+    stage=Stage.DEVICE_FILES,
+    needs={Need.NODE_MAP},
+    reads="`nvmlDeviceGetMinorNumber` against the slot's GRES index",
+    action=(
+        "`AutoDetect=nvml` in gres.conf, or `File=` lines in bus order (`clusterjob site "
+        "gres-conf`)"
+    ),
+)
 def gres_index(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
     """A warning while no job of ours has the slot: its jobs would get another GPU."""
     if gpu is None or gpu.lost or gpu.minor is None or gpu.minor == slot.slot:
@@ -121,7 +175,14 @@ def _profiles(profiles: Iterable[str | None]) -> str:
     return ",".join(sorted(p or "?" for p in profiles)) or "none"
 
 
-@check("mig-mode", Severity.ERROR, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+@check(
+    "mig-mode",
+    Severity.ERROR,
+    stage=Stage.SLOTS,
+    needs={Need.NODE_MAP},
+    reads="`nvmlDeviceGetMigMode` against the slot's `mig:` (`[]`: off)",
+    action="`nvidia-smi -i BUS -mig 1|0` and reset the GPU, or fix the map",
+)
 def mig_mode(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
     """MIG on where the map's slot says ``mig: []`` (off), or off where it lists slices. A
     change already pending a reset is ``mig-pending``'s to report."""
@@ -143,7 +204,17 @@ def mig_mode(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observati
     )
 
 
-@check("mig-layout", Severity.ERROR, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+@check(
+    "mig-layout",
+    Severity.ERROR,
+    stage=Stage.SLOTS,
+    needs={Need.NODE_MAP},
+    reads=(
+        "`nvmlDeviceGetMigDeviceHandleByIndex`, each slice's name (`... MIG 3g.40gb`) against"
+        " the slot's `mig:` profiles"
+    ),
+    action="recreate the GPU and compute instances (`nvidia-smi mig -cgi ... -C`) or fix the map",
+)
 def mig_layout(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]:
     """The MIG slices NVML lists against the profiles the map's slot names."""
     if gpu is None or gpu.lost or not slot.mig or not gpu.mig_current:

@@ -9,7 +9,14 @@ from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Stage, check
 
 
-@check("cuda-order", Severity.ERROR, stage=Stage.ORDERING, needs={Need.JOB})
+@check(
+    "cuda-order",
+    Severity.ERROR,
+    stage=Stage.ORDERING,
+    needs={Need.JOB},
+    reads="`CUDA_DEVICE_ORDER` in the job",
+    action="`export CUDA_DEVICE_ORDER=PCI_BUS_ID` (the TaskProlog does)",
+)
 def cuda_order(facts: Facts) -> Iterator[Observation]:
     """With mixed models, CUDA's default FASTEST_FIRST order is not the PCI order."""
     names = {gpu.name for _, gpu in facts.job_gpus if gpu is not None}

@@ -5,7 +5,8 @@ in and the facts it needs; it yields ``Observation``s, which the runner turns in
 ``Finding``s with that id, severity and the node's name. Adding a check is adding one
 decorated function to the file of its family (and its tests)::
 
-    @check("gpu-uuid", Severity.WARNING, stage=Stage.SLOTS, needs={Need.NODE_MAP})
+    @check("gpu-uuid", Severity.WARNING, stage=Stage.SLOTS, needs={Need.NODE_MAP},
+           reads="nvmlDeviceGetUUID", action="board replaced: update the slot's uuid")
     def gpu_uuid(facts: Facts, slot: NodeGpu, gpu: Gpu | None) -> Iterator[Observation]: ...
 
 The stage fixes the order of the findings (the first error is what the Prolog drains
@@ -77,6 +78,8 @@ class Check:
     stage: Stage
     needs: frozenset[Need]
     run: Callable[..., Iterable[Observation]]
+    reads: str = ""  # what it reads (NVML calls, the map's keys, Slurm's variables)
+    action: str = ""  # what a person should do when it fires
 
     def finding(self, node: str, o: Observation, cap: Severity | None = None) -> Finding:
         """``cap``: the site's severity for this check, in place of the check's own; an
@@ -106,11 +109,16 @@ class Registry:
         *,
         stage: Stage,
         needs: Collection[Need] = (),
+        reads: str = "",
+        action: str = "",
     ) -> Callable[[F], F]:
-        """Register the decorated function as a check; the function itself is unchanged."""
+        """Register the decorated function as a check; the function itself is unchanged.
+        ``reads`` and ``action`` are for people (the checks reference page): given once per
+        id, at its first function."""
 
         def register(func: F) -> F:
-            self._checks.append(Check(check_id, severity, stage, frozenset(needs), func))
+            check = Check(check_id, severity, stage, frozenset(needs), func, reads, action)
+            self._checks.append(check)
             return func
 
         return register
@@ -118,6 +126,11 @@ class Registry:
     @property
     def checks(self) -> tuple[Check, ...]:
         return tuple(sorted(self._checks, key=lambda c: c.stage))  # stable: registration order
+
+    def described(self, check_id: str) -> tuple[str, str]:
+        """What a check reads and what to do when it fires (its first function says)."""
+        found = [c for c in self._checks if c.id == check_id and (c.reads or c.action)]
+        return (found[0].reads, found[0].action) if found else ("", "")
 
     @property
     def ids(self) -> tuple[str, ...]:
