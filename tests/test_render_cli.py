@@ -72,7 +72,7 @@ def test_dry_run_prints_script_and_sbatch_command(
         ),
         (
             [TRAIN, "--lr", "3e-4", "--site", MLLAB, "--gpus", "1"],
-            "clusterjob: error: No such option: --lr (Possible options: --help) "
+            "clusterjob: error: No such option: --lr (Possible options: --gres, --help) "
             "(arguments for SCRIPT that look like options go after --)",
         ),
         (

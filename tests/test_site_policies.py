@@ -458,3 +458,17 @@ def test_a_group_the_syntax_cannot_ask_for_is_a_config_error(tmp_path: Path) -> 
     assert any("share no GRES type" in i for i in issues(path))
     path = make(tmp_path, model=model + "    models: [V100, P100]")
     assert any("unknown model 'P100'" in i for i in issues(path))
+
+
+def test_the_preflight_says_it_cannot_check_amd_gpus(tmp_path: Path) -> None:
+    from clusterjob.errors import PreflightFailed
+    from clusterjob.node.preflight import run_preflight
+
+    path = tmp_path / "amd.yaml"
+    path.write_text(AMD)
+
+    def never(timeout: float) -> object:
+        raise AssertionError("NVML must not be read for a GPU it cannot check")
+
+    with pytest.raises(PreflightFailed, match=r"cannot check MI250X GPUs: .* NVML \(NVIDIA\)"):
+        run_preflight(path, "x1", {}, expect_model="mi250x", expect_count=1, read=never)  # type: ignore[arg-type]

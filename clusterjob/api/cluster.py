@@ -64,7 +64,7 @@ JOB_OPTIONS: dict[str, object] = {
     "mail_user": None, "constraint": None, "sbatch_args": (), "tasks_per_node": 1,
     "launcher": None, "launcher_args": (), "setup": (), "modules": (), "env": (),
     "container_image": None, "container_mounts": None, "apptainer": None, "python": None,
-    "venv": None, "conda": None, "sweep": (), "params": None,
+    "venv": None, "conda": None, "sweep": (), "params": None, "gres": (), "project": None,
 }  # fmt: skip
 
 
@@ -300,6 +300,8 @@ class Cluster:
             mail_user=o["mail_user"],
             constraint=o["constraint"],
             sbatch_args=_words(o["sbatch_args"]),
+            gres=_words(o["gres"]),
+            project=o["project"],
             tasks_per_node=o["tasks_per_node"],
             launcher=o["launcher"],
             launcher_args=_words(o["launcher_args"]),

@@ -65,6 +65,20 @@ def submit(
     mail_type: Annotated[str | None, typer.Option("--mail-type")] = None,
     mail_user: Annotated[str | None, typer.Option("--mail-user")] = None,
     constraint: Annotated[str | None, typer.Option("--constraint", "-C")] = None,
+    gres: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gres",
+            help="Another GRES for the job, e.g. nvme:10 (repeatable); it joins the GPU "
+            "request's one --gres.",
+        ),
+    ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project", help="Your project, where the site builds accounts from it ({project})."
+        ),
+    ] = None,
     sbatch_arg: Annotated[
         list[str] | None,
         typer.Option("--sbatch-arg", help="Extra sbatch option, e.g. --sbatch-arg=--exclusive."),
@@ -195,6 +209,8 @@ def submit(
         mail_type=mail_type,
         mail_user=mail_user,
         constraint=constraint,
+        gres=gres or (),
+        project=project,
         sbatch_args=sbatch_arg or (),
         tasks_per_node=tasks_per_node,
         launcher=launcher,

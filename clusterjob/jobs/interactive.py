@@ -43,7 +43,9 @@ def shell_session(
     node_command: Sequence[str] | None = None,
 ) -> ShellSession:
     """One task on one node with this site's GPU options; the preflight when it has GPUs."""
-    options = [f"--job-name={job.job_name}", f"--partition={job.partition.name}"]
+    options = [f"--job-name={job.job_name}"]
+    if job.partition_option:
+        options.append(f"--partition={job.partition.name}")
     options += list(job.gres.options)
     options += ["--nodes=1", "--ntasks=1"]
     for name, value in (
@@ -58,6 +60,7 @@ def shell_session(
     ):
         if value is not None:
             options.append(f"--{name}={value}")
+    options += list(job.sbatch_args)  # the site's lines (--hint=...) and --sbatch-arg
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", envvars.SITE: str(Path(site.source).resolve())}
     preflight: list[str] = []
     if job.model is not None:

@@ -282,7 +282,7 @@ def recorded_request(record: JobRecord) -> JobRequest:
         data["args"] = tuple(data.get("args") or ())
         data["sbatch_args"] = tuple(data.get("sbatch_args") or ())
         data["task_args"] = tuple(tuple(t) for t in data.get("task_args") or ())
-        for name in ("setup", "modules", "env", "launcher_args"):
+        for name in ("setup", "modules", "env", "launcher_args", "gres"):
             if name in data:
                 data[name] = tuple(data[name] or ())
         return JobRequest(**data)

@@ -56,9 +56,9 @@ def run_preflight(
         if not view.models[canonical]:
             raise PreflightFailed(
                 f"cannot check {canonical} GPUs: clusterjob reads GPUs through NVML (NVIDIA), "
-                f"and the site gives {canonical} no NVML name (an AMD GPU); this job's site or "
-                "partition has preflight: required; set preflight: warn (or off) there to run "
-                "such jobs unchecked"
+                f"and the site gives {canonical} no NVML name (an AMD GPU); where the preflight "
+                "is required this stops the job: set preflight: warn (or off) for the site or "
+                "partition to run such jobs unchecked"
             )
     if expect_count is not None and expect_count < 0:
         raise UsageError(f"expected GPU count must be >= 0, got {expect_count}")
