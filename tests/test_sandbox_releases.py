@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clusterjob.errors import UsageError
-from clusterjob.sandbox import config, releases
+from clusterjob.sandbox import cluster, config, releases
 from clusterjob.sandbox.config import Ports
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
@@ -134,3 +134,33 @@ def test_an_unknown_release_on_the_command_line_is_a_one_line_error() -> None:
     assert proc.returncode == 2
     assert "not a release the sandbox knows (known: 22.05, 24.11, 26.05)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_exec_on_the_hosts_sandbox_sets_its_client_environment_and_passes_the_status(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    proc = _cli("exec", "--state-dir", str(state), "--", "sh", "-c",
+                'echo "$SLURM_CONF $CLUSTERJOB_SITE"; exit 3')  # fmt: skip
+    assert proc.returncode == 3
+    assert proc.stdout.split() == [str(state / "slurm.conf"), str(state / "site.yaml")]
+
+
+def test_exec_of_a_missing_command_is_a_one_line_error(tmp_path: Path) -> None:
+    proc = _cli("exec", "--state-dir", str(tmp_path), "--", "no-such-command-here")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "clusterjob: error: sandbox exec: no-such-command-here: command not found"
+    ]
+
+
+def test_exec_into_a_release_that_is_not_up_says_how_to_start_it(tmp_path: Path) -> None:
+    other = next(r for r in RELEASES if r != cluster.slurm_release())  # not the host's own
+    env = dict(os.environ, CLUSTERJOB_SANDBOX_ROOTS=str(tmp_path))
+    proc = _cli("exec", "--slurm", other, "--state-dir", str(tmp_path / "s"), "--", "true",
+                env=env)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"clusterjob: error: the Slurm {other} sandbox is not up: "
+        f"clusterjob sandbox up --slurm {other}"
+    ]

@@ -180,7 +180,8 @@ def exec_(
     argv = list(ctx.args)
     if not argv:
         raise UsageError("sandbox exec: name a command, e.g. sandbox exec -- sinfo -V")
-    if slurm is None:  # the one other release that is up, if any
+    if slurm is None and state_dir is None and not os.environ.get(envvars.SANDBOX_DIR):
+        # the one other release that is up, if any; else the host's sandbox
         mounted = releases.mounted_releases()
         if len(mounted) > 1:
             names = ", ".join(r.version for r in mounted)

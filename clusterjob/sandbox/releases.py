@@ -378,6 +378,12 @@ def down(rel: Release, *, purge: bool = False, say: Say = _quiet) -> list[str]:
     left = end_processes(rel)
     if left:
         say(f"ended {len(left)} process(es) left in the {rel.suite} root")
+    still = processes_in(rel.root)
+    if still:  # unmounting under them would leave them without /proc and /dev
+        pids = " ".join(map(str, still))
+        raise ClusterjobError(
+            f"processes still running in {rel.root} (pids {pids}); not unmounting"
+        )
     unmount(rel)
     if purge and rel.state_dir.is_dir():
         shutil.rmtree(rel.state_dir)
