@@ -524,10 +524,20 @@ _LOADER_TABLES = (
 
 
 def site_key_paths() -> list[str]:
-    """Every key path the loader accepts, as the fallback page writes them."""
-    from clusterjob.site import loader
+    """Every key path a site file may hold: from the one schema definition, else (an older
+    tree) the loader's key tables, as the fallback page writes them."""
+    try:
+        schema = importlib.import_module("clusterjob.site.schema")
+    except ModuleNotFoundError:
+        from clusterjob.site import loader
 
-    return [f"{prefix}{key}" for prefix, table in _LOADER_TABLES for key in getattr(loader, table)]
+        tables = _LOADER_TABLES
+        return [f"{prefix}{key}" for prefix, table in tables for key in getattr(loader, table)]
+    return [
+        f"{section.path}.{key.name}" if section.path else key.name
+        for section in schema.SECTIONS
+        for key in section.keys
+    ]
 
 
 def _site_keys_from_loader() -> str:
