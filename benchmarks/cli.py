@@ -10,6 +10,7 @@ environment (never a clusterjob dependency): $CLUSTERJOB_BENCH_SUBMITIT_PYTHON, 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,6 +31,8 @@ TYPER = "python -c 'import typer'"
 SUBMITIT = "submitit: import + _make_sbatch_string"
 HELP = "clusterjob --help"
 DRY_RUN = "clusterjob submit --dry-run (10-node site)"
+DRY_RUN_NAMED = "clusterjob submit --dry-run --python PYTHON (10-node site)"
+NEWER_TYPER = "newest Typer: python -c 'import typer'"
 
 SUBMITIT_CODE = """\
 import submitit
@@ -44,38 +47,67 @@ print(_make_sbatch_string(
 
 def submitit_python(*, install: bool) -> tuple[str | None, str]:
     """A Python with submitit importable, and how it was found (or why there is none)."""
-    given = os.environ.get("CLUSTERJOB_BENCH_SUBMITIT_PYTHON")
+    return bench_python(
+        "submitit", ["submitit"], "CLUSTERJOB_BENCH_SUBMITIT_PYTHON", "venv", install=install
+    )
+
+
+# clusterjob's dependencies with the newest Typer instead of the pinned one (pyproject.toml)
+NEW_TYPER = ["typer>=0.29", "jinja2", "ruamel.yaml", "ruamel.yaml.clib", "python-hostlist"]
+
+
+def new_typer_python(*, install: bool) -> tuple[str | None, str]:
+    """A Python whose Typer is the newest release: what the pin below 0.29 keeps out."""
+    return bench_python(
+        "typer", NEW_TYPER, "CLUSTERJOB_BENCH_NEW_TYPER_PYTHON", "typer-latest", install=install
+    )
+
+
+def bench_python(
+    module: str, requirements: list[str], variable: str, name: str, *, install: bool
+) -> tuple[str | None, str]:
+    """$``variable``, else a venv at ~/.cache/clusterjob-bench/``name`` where ``module``
+    imports, created with pip on a full run when missing; and how it was found (or why not)."""
+    given = os.environ.get(variable)
     if given:
-        return given, f"submitit from {given}"
+        return given, f"{module} from {given}"
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    venv = cache / "clusterjob-bench" / "venv"
+    venv = cache / "clusterjob-bench" / name
     python = venv / "bin" / "python"
-    ok = python.exists() and _has_submitit(str(python))
+    ok = python.exists() and _imports(str(python), module)
     if not ok and install:
         try:
             subprocess.run(["python3", "-m", "venv", str(venv)], check=True, capture_output=True)
             subprocess.run(
-                [str(python), "-m", "pip", "install", "-q", "submitit"],
+                [str(python), "-m", "pip", "install", "-q", *requirements],
                 check=True,
                 capture_output=True,
                 timeout=600,
             )
-            ok = _has_submitit(str(python))
+            ok = _imports(str(python), module)
         except (OSError, subprocess.SubprocessError) as exc:
-            return None, f"submitit could not be installed ({type(exc).__name__}): not measured"
+            return None, f"{module} could not be installed ({type(exc).__name__}): not measured"
     if not ok:
-        return None, "submitit not installed (quick mode does not install it): not measured"
+        return None, f"{module} not installed (quick mode does not install it): not measured"
     version = subprocess.run(
-        [str(python), "-c", "import submitit; print(submitit.__version__)"],
+        [str(python), "-c", f"import {module}; print({module}.__version__)"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.strip()
-    return str(python), f"submitit {version} in a separate venv ({venv})"
+    return str(python), f"{module} {version} in a separate venv ({venv})"
 
 
-def _has_submitit(python: str) -> bool:
-    done = subprocess.run([python, "-c", "import submitit"], capture_output=True, check=False)
+def _is_script(path: str | None) -> bool:
+    try:
+        with open(path or "", "rb") as fh:
+            return fh.read(2) == b"#!"
+    except OSError:
+        return False
+
+
+def _imports(python: str, module: str) -> bool:
+    done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, check=False)
     return done.returncode == 0
 
 
@@ -99,19 +131,45 @@ def run(work: Path, *, quick: bool) -> Result:
         HELP: ([*cj, "--help"], env),
         DRY_RUN: (submit(small), env),
     }
+    # the same run with the interpreter named: no python3 shim on PATH to ask (pyenv's is a
+    # bash program that forks ~20 processes; see the note)
+    commands[DRY_RUN_NAMED] = ([*submit(small), "--python", PYTHON], env)
     if not quick:
         large, _ = write_site(work / "cli-sites", 10_000)
         commands["clusterjob submit --dry-run (10,000-node site)"] = (submit(large), env)
     python, how = submitit_python(install=not quick)
     result.notes.append(how)
+    shim = shutil.which("python3")
+    result.notes.append(
+        f"python3 on PATH: {shim}"
+        + (" (a shim: submit runs it to name the job's interpreter)" if _is_script(shim) else "")
+    )
     if python:
         commands[SUBMITIT] = ([python, "-c", SUBMITIT_CODE], None)
         commands["submitit venv: python -c pass"] = ([python, "-c", "pass"], None)
+    newer, how = new_typer_python(install=not quick)
+    result.notes.append(how)
+    if newer:  # the pin's reason, measured: the same commands on the newest Typer
+        here = str(Path(__file__).resolve().parents[1])  # this checkout's clusterjob
+        env_newer = dict(env, PYTHONPATH=here)
+        cj_newer = [newer, "-P", "-m", "clusterjob"]
+        commands[NEWER_TYPER] = ([newer, "-c", "import typer"], None)
+        commands[f"{HELP}, newest Typer"] = ([*cj_newer, "--help"], env_newer)
+        commands[f"{DRY_RUN_NAMED}, newest Typer"] = (
+            [*cj_newer, *submit(small)[len(cj) :], "--python", PYTHON],
+            env_newer,
+        )
     times = interleaved(commands, repeats)
     ref = median(times[REFERENCE_NAME])
     result.add(REFERENCE_NAME, ref * 1000, "ms", note=f"median of {repeats}")
     # each command against what it competes with: Typer's own import, submitit's script
-    targets = {HELP: (TYPER, TARGET_HELP), DRY_RUN: (SUBMITIT, TARGET_DRY_RUN)}
+    targets = {
+        HELP: (TYPER, TARGET_HELP),
+        DRY_RUN: (SUBMITIT, TARGET_DRY_RUN),
+        DRY_RUN_NAMED: (SUBMITIT, None),
+        f"{HELP}, newest Typer": (NEWER_TYPER, TARGET_HELP),
+        f"{DRY_RUN_NAMED}, newest Typer": (DRY_RUN_NAMED, None),
+    }
     for name, values in times.items():
         if name == REFERENCE_NAME:
             continue
@@ -119,6 +177,8 @@ def run(work: Path, *, quick: bool) -> Result:
         other, limit = targets.get(name, (REFERENCE_NAME, None))
         if other not in times:
             other, limit = REFERENCE_NAME, None
+        if name.endswith("(10,000-node site)") and SUBMITIT in times:
+            other = SUBMITIT
         ratio = value / median(times[other])
         result.add(
             name,
