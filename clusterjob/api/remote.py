@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 import time
 from collections.abc import Mapping
@@ -273,7 +272,3 @@ def remote_site_file(
         f"site.yaml, /etc/clusterjob/site.yaml there) and no known site has cluster_name "
         f"{name}; pass --site NAME|FILE (a site config here) or `site:` in the host profile"
     )
-
-
-def quote(path: str) -> str:
-    return shlex.quote(path)

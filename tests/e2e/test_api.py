@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -174,3 +175,15 @@ def test_cancel_wait_timeout_and_the_executor(here: Path) -> None:
     with cluster.executor(time="0:05:00") as pool:
         assert list(pool.map(pow, [2, 3], [5, 2], timeout=180)) == [32, 9]
         assert pool.submit(divmod, 17, 5).result(timeout=120) == (3, 2)
+
+
+def test_the_readme_example_runs(here: Path) -> None:
+    """examples/api_tour.py, which the README shows, as a user runs it."""
+    example = Path(clusterjob.__file__).resolve().parents[1] / "examples" / "api_tour.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(" COMPLETED") and lines[1] == "hello from the cluster"
+    assert lines[2:] == ["loss 0.9709", "losses [0.9901, 0.9709, 0.9091]"]
