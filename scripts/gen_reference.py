@@ -282,11 +282,15 @@ class JsonOutput:
     extra: tuple[tuple[str, str], ...] = ()  # keys the command adds beside the producer's
     inner_key: str = ""  # the producer's objects are a list under this key of the extra's
     note: str = ""
+    # A function's dict names no types: (key, dataclass) for a list of that dataclass's
+    # objects under the key (``"gpus": [asdict(g) for g in inv.gpus]``).
+    lists_of: tuple[tuple[str, type], ...] = ()
 
 
 def json_outputs() -> dict[str, JsonOutput]:
     """Command (words after `clusterjob`) -> its --json output. Every command with a
     ``--json`` option must be here (tests/test_docs_reference.py checks)."""
+    from clusterjob.gpu.inventory import Gpu
     from clusterjob.jobs.avail import Availability
     from clusterjob.jobs.status import JobStatus
     from clusterjob.jobs.submit import Submitted, provenance
@@ -303,7 +307,7 @@ def json_outputs() -> dict[str, JsonOutput]:
         "show": JsonOutput(provenance),
         "avail": JsonOutput(Availability),
         "preflight": JsonOutput(PreflightReport),
-        "gpus": JsonOutput(inventory_to_dict),
+        "gpus": JsonOutput(inventory_to_dict, lists_of=(("gpus", Gpu),)),
         "site validate": JsonOutput(
             issue_record,
             is_list=True,
@@ -350,13 +354,18 @@ def _function_ast(func: Callable[..., Any]) -> ast.FunctionDef:
 
 
 def _returned_keys(func: Callable[..., Any]) -> list[str] | None:
-    """The keys of the dict literal ``func`` returns (None when it returns something else)."""
+    """The keys of the dict literal ``func`` returns (None when it returns something else),
+    with those of a ``**helper(...)`` spread in it (a function of the same module)."""
     keys: list[str] = []
     for node in ast.walk(_function_ast(func)):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
-            for key in node.value.keys:
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     keys.append(key.value)
+                elif key is None and isinstance(value, ast.Call):
+                    name = value.func.id if isinstance(value.func, ast.Name) else ""
+                    helper = getattr(sys.modules[func.__module__], name, None)
+                    keys += (_returned_keys(helper) or []) if callable(helper) else []
     return list(dict.fromkeys(keys)) or None
 
 
@@ -435,9 +444,13 @@ def json_page() -> str:
             out += _table(["key", "type"], rows) + ["", f"`{producer.__name__}`:", ""]
             rows = []
         seen: list[Any] = [producer]
+        lists_of = dict(output.lists_of)
         for key, text, hint in json_keys(producer):
+            if key in lists_of:
+                cls = lists_of[key]
+                text, hint = f"list of `{cls.__name__}`", types.GenericAlias(list, (cls,))
             if key:
-                rows.append([f"`{key}`", text])
+                rows.append([f"`{key}`", text or "see the function"])
             seen += [c for c in _nested(hint) if c not in seen]
         out += _table(["key", "type"], rows) + [""]
         done = 1
