@@ -131,6 +131,29 @@ EXPECTED: dict[str, list[str]] = {
     "yaml_tag.yaml": [
         "1: site: YAML tags are not supported here (found !!python/object:os.system)",
     ],
+    "bad_job_defaults.yaml": [
+        "2: gpu_request.cpus: expected one of cpus-per-gpu, cpus-per-task, got 'per-task'",
+        "4: defaults.time: not a Slurm time: '2 hours' (e.g. 1:00:00, 2-00:00:00, 30)",
+        "7: defaults.qos_by_time: give qos or qos_by_time, not both",
+        "8: defaults.gres[0]: GPUs are the request itself (gpu_request, --gpus, --model), not "
+        "an extra GRES",
+        "9: defaults.sbatch[0]: --gres is written by clusterjob: set defaults.gres (merged into "
+        "the one --gres) instead",
+        "10: defaults.account: unknown field {user}: the one field an account may hold is "
+        "{project}",
+        "12: models.A100.constraint: unbalanced brackets in 'a100|(h100'",
+    ],
+    "bad_partition_limits.yaml": [
+        "9: partitions.gpu.time_limit: the site's defaults.time 3-00:00:00 is longer than the "
+        "time_limit 2-00:00:00",
+        "10: partitions.gpu.gpus_per_node: 4 GPUs per node, but n[1-2] have fewer in the node map",
+        "11: partitions.gpu.max_gpus_per_job: 2 is fewer than the 4 GPUs per node every job "
+        "here gets: no job fits",
+        "12: partitions.gpu.max_nodes: 3 nodes, but the partition has 2",
+        "13: partitions.dev.gpus_per_node: required when gpu_request.syntax is none: the GPUs "
+        "each job gets on a node (the preflight checks that many)",
+        "17: partitions.queue.submit_as: expected one of partition, qos, none, got 'queue'",
+    ],
     "many_errors.yaml": [
         "5: models.A100.memory_gb: expected an integer >= 1, got -1",
         "7: partitions.gpu.colour: unknown key; valid keys: "
