@@ -120,6 +120,18 @@ def test_site_schema_command_prints_the_schema(capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().out == schema.reference_markdown()
 
 
+def test_the_shipped_schema_file_is_the_generated_one() -> None:
+    """site_configs/site-config.schema.json is what the example sites' first line points
+    editors at; regenerate it with
+    `clusterjob site schema > site_configs/site-config.schema.json`."""
+    shipped = site_configs_dir() / "site-config.schema.json"
+    assert json.loads(shipped.read_text()) == schema.json_schema(), "regenerate it"
+    for path in _shipped():
+        first = path.read_text().splitlines()[0]
+        if first.startswith("# yaml-language-server:"):
+            assert first.endswith("$schema=site-config.schema.json"), path.name
+
+
 def test_schema_module_imports_nothing_heavy() -> None:
     """The Prolog's slow path imports the loader, hence the schema: stdlib only at the top."""
     import ast
