@@ -260,7 +260,10 @@ def format_site(site: Site) -> list[str]:
             parts.append(f"constraint {m.constraint}")
         if m.memory_gb:
             parts.append(f"{m.memory_gb} GB")
-        parts.append(f"NVML {' / '.join(m.nvml_names)}")
+        if m.vendor == "nvidia":
+            parts.append(f"NVML {' / '.join(m.nvml_names)}")
+        else:
+            parts.append(f"{m.vendor.upper()} GPU (no NVML name: the preflight cannot check it)")
         lines.append("; ".join(parts))
     lines.append("partitions:")
     for p in site.partitions:
@@ -269,12 +272,19 @@ def format_site(site: Site) -> list[str]:
             flags.append("default")
         if p.time_limit:
             flags.append(f"time limit {p.time_limit}")
+        if p.submit_as != "partition":
+            flags.append("asked for as --qos" if p.submit_as == "qos" else "routed by Slurm")
         d = p.defaults
         for label, value in (
             ("account", d.account),
             ("qos", d.qos),
             ("cpus/GPU", d.cpus_per_gpu),
             ("mem/GPU", d.mem_per_gpu),
+            ("default time", d.time),
+            ("GPUs per node", p.gpus_per_node),
+            ("at most GPUs/job", p.max_gpus_per_job),
+            ("at most nodes", p.max_nodes),
+            ("preflight", p.preflight),
         ):
             if value is not None:
                 flags.append(f"{label} {value}")
@@ -285,5 +295,9 @@ def format_site(site: Site) -> list[str]:
             )
     if not site.partitions:
         lines.append("  (none listed: Slurm's default partition is used)")
+    for group in site.model_groups:
+        lines.append(f"model group {group.name}: any of {', '.join(group.models)}")
+    if site.preflight != "required":
+        lines.append(f"preflight: {site.preflight}")
     lines.append(f"node map: {len(site.node_map.nodes)} nodes")
     return lines
