@@ -95,3 +95,18 @@ def test_no_documented_script_has_its_shebang_after_line_one() -> None:
             late = [n for n, line in enumerate(lines) if line.startswith("#!") and n > 0]
             assert not late, f"{doc.name}: a block with #! on line {late[0] + 1}: {lines[0]!r}"
     assert "site install-hooks" in (REPO / "docs" / "how-to" / "wire-node-checks.md").read_text()
+
+
+def test_job_output_files_are_ignored_in_a_checkout() -> None:
+    """quickstart.sh (and a reader following the README) submit from the checkout: Slurm's
+    slurm-JOBID.out files land there and must not show up as changes."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    assert git is not None and (REPO / ".git").exists()
+    done = subprocess.run(
+        [git, "check-ignore", "--no-index", "slurm-4242.out", "examples/slurm-7_3.out"],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.stdout.split() == ["slurm-4242.out", "examples/slurm-7_3.out"], done.stderr
