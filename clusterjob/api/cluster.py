@@ -188,7 +188,7 @@ class Cluster:
         for a remote cluster, the cluster's own (fetched over ssh, cached an hour)."""
         if self._site is None:
             from clusterjob.site.discovery import find_site
-            from clusterjob.site.loader import load_site
+            from clusterjob.site.sitecache import load_site
 
             if self._site_spec or not self.remote:
                 path = find_site(

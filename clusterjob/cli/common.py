@@ -63,7 +63,7 @@ def find_site_file(spec: str | None, *, slurm_budget: float | None = None) -> Pa
 
 def load_site(spec: str | None, *, slurm_budget: float | None = None) -> Site:
     """The site of a command that works with Slurm: ``--site`` or the discovery order."""
-    from clusterjob.site.loader import load_site as load_file
+    from clusterjob.site.sitecache import load_site as load_file
 
     return load_file(find_site_file(spec, slurm_budget=slurm_budget))
 
@@ -74,6 +74,6 @@ def load_named_site(spec: str | None) -> Site | None:
     if not (spec or os.environ.get(envvars.SITE)):
         return None
     from clusterjob.site.discovery import find_site
-    from clusterjob.site.loader import load_site as load_file
+    from clusterjob.site.sitecache import load_site as load_file
 
     return load_file(find_site(spec, environ=os.environ, cluster_name=None))

@@ -10,9 +10,7 @@ filter; every value on an ``#SBATCH`` line through ``sbatch`` / ``sbatch_option`
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
-import stat
 import sys
 import traceback
 from collections.abc import Mapping, Sequence
@@ -96,19 +94,9 @@ _ENVIRONMENT_KEY = "clusterjob-sandboxed:strict:trim:lstrip:keep-newline:1"
 
 
 def _compiled_templates() -> jinja2.BytecodeCache | None:
-    """The compiled-template cache: ``$XDG_CACHE_HOME/clusterjob/templates`` (default
-    ``~/.cache``), used only when it is this user's own and no one else may write to it
-    (what it holds is code this process runs)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    directory = os.path.join(base, "clusterjob", "templates")
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        st = os.lstat(directory)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return None
-    return _CompiledTemplates(directory)
+    """The compiled-template cache: ``$XDG_CACHE_HOME/clusterjob/templates``, when private."""
+    directory = resources.private_cache_dir("templates")
+    return _CompiledTemplates(str(directory)) if directory is not None else None
 
 
 def template_environment(site: Site) -> SandboxedEnvironment:
