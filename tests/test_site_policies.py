@@ -130,7 +130,7 @@ _SBATCH = st.lists(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    syntax=st.sampled_from(["gres", "gres+constraint", "gpus-per-node", "gpus"]),
+    syntax=st.sampled_from(["gres", "gres+constraint", "gpus-per-node", "gpus-per-task", "gpus"]),
     gpus=st.integers(0, 4),
     nodes=st.integers(1, 3),
     site_gres=st.lists(_GRES_ITEMS, max_size=2, unique_by=lambda g: g.split(":")[0]),
@@ -390,6 +390,21 @@ def test_substring_warning_can_be_silenced_per_type(tmp_path: Path) -> None:
 
 
 # -- 8. no GPU option; 9. model groups ------------------------------------------------------------
+
+
+def test_no_gpu_option_still_one_gres_line_for_extra_gres(tmp_path: Path) -> None:
+    partition = "    gpus_per_node: 4"
+    site = load_site(
+        make(
+            tmp_path,
+            syntax="none",
+            typed="false",
+            partition=partition,
+            top="defaults: {gres: [nvme:1]}",
+        )
+    )
+    lines = directives(site, gpus=4, gres=("tmp:2",), sbatch_args=("--gres=nvme:5",))
+    assert [x for x in lines if x.startswith("--gres")] == ["--gres=tmp:2,nvme:5"]
 
 
 def test_no_gpu_option_the_partition_gives_whole_nodes(tmp_path: Path) -> None:
