@@ -61,3 +61,21 @@ def test_completion_still_sees_every_option() -> None:
         [sys.executable, "-m", "clusterjob"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.stdout.split() == ["--gpus"], done.stderr
+
+
+def test_debug_lines_are_added_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """--debug shows clusterjob's debug log on stderr (logging is imported only then)."""
+    import logging
+
+    logger = logging.getLogger("clusterjob")
+    before = list(logger.handlers), logger.level
+    try:
+        for _ in range(2):
+            assert cli.run(["--debug", "--version"]) == 0
+        logging.getLogger("clusterjob.slurm").debug("skipped a row")
+        named = [h for h in logger.handlers if h.get_name() == "clusterjob-debug-lines"]
+        assert len(named) == 1
+        assert capsys.readouterr().err.splitlines()[-1] == "clusterjob: debug: skipped a row"
+    finally:
+        logger.handlers[:] = before[0]
+        logger.setLevel(before[1])

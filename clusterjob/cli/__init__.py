@@ -7,7 +7,6 @@ clusterjob's errors become a one-line message and an exit code.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from typing import Annotated
@@ -115,18 +114,23 @@ def err(message: str) -> None:
     print(f"clusterjob: {printable(message)}", file=sys.stderr)
 
 
-class _DebugLines(logging.Handler):
-    """clusterjob's debug log (what the parsers skipped, ...), one ``debug:`` line each, on
-    the sys.stderr of the moment."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        err(f"debug: {self.format(record)}")
+_DEBUG_LINES = "clusterjob-debug-lines"  # the handler's name: added once per process
 
 
 def _show_debug_log() -> None:
+    """clusterjob's debug log (what the parsers skipped, ...), one ``debug:`` line each, on
+    the sys.stderr of the moment."""
+    import logging  # only with --debug: a plain `clusterjob --help` does without it (~7 ms)
+
+    class DebugLines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            err(f"debug: {self.format(record)}")
+
     logger = logging.getLogger("clusterjob")
-    if not any(isinstance(h, _DebugLines) for h in logger.handlers):
-        logger.addHandler(_DebugLines())
+    if not any(h.get_name() == _DEBUG_LINES for h in logger.handlers):
+        handler = DebugLines()
+        handler.set_name(_DEBUG_LINES)
+        logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
 
 
