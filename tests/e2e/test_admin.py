@@ -65,7 +65,7 @@ def test_diff_against_a_modified_copy(sandbox, tmp_path):
     """h1 left out of the map, a V100 slot removed from gpu2, an extra node gpu9."""
     text = sandbox.site_path.read_text()
     start = text.index("  - nodes: h1\n")
-    end = text.index("prolog:\n")
+    end = text.index("  - nodes: mig1\n")
     text = text[:start] + "  - nodes: gpu9\n    gpus:\n      - {model: H100}\n" + text[end:]
     gpu2 = text.index("  - nodes: gpu2\n")
     v100 = text.index('      - {model: V100, bus_id: "0000:4c:00.0"}\n', gpu2)

@@ -25,8 +25,14 @@ def test_site_yaml_loads_and_matches_the_node_table(layout: Layout) -> None:
     layout.site_yaml.write_text(config.site_yaml(layout))
     site = load_site(layout.site_yaml)
     assert site.cluster_name == config.CLUSTER_NAME
-    assert {m.name: m.gres_type for m in site.models} == {"A100": "a100", "V100": "v100",
-                                                         "H100": "h100"}  # fmt: skip
+    assert {m.name: m.gres_type for m in site.models} == {
+        "A100": "a100", "V100": "v100", "H100": "h100",
+        "A100-3g.40gb": "3g.40gb", "A100-2g.20gb": "2g.20gb", "A100-1g.10gb": "1g.10gb",
+    }  # fmt: skip
+    mig1 = site.node_map.gpus("mig1") or ()
+    assert [(g.mig, g.mig_gi) for g in mig1] == [
+        (("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"), (1, 2, 3, 4))
+    ]
     for node in SANDBOX_NODES:
         gpus = site.node_map.gpus(node.name)
         assert gpus is not None
@@ -41,8 +47,15 @@ def test_site_yaml_loads_and_matches_the_node_table(layout: Layout) -> None:
 
 
 def test_the_suspect_node_differs_from_its_map_and_only_it() -> None:
-    differs = [n.name for n in SANDBOX_NODES if n.physical != n.mapped]
+    def boards(gpus: tuple[config.SandboxGpu, ...]) -> list[tuple[str, str]]:
+        return [(g.model, g.bus_id) for g in gpus]
+
+    differs = [n.name for n in SANDBOX_NODES if boards(n.physical) != boards(n.mapped)]
     assert differs == ["gpu3"]
+    # mig1's slices: the same profiles as its map's, two of them at the other GPU instance
+    (mig1,) = [n for n in SANDBOX_NODES if n.name == "mig1"]
+    mapped = [s.partition("@")[0] for s in mig1.mapped[0].mig]
+    assert sorted(mapped) == sorted(mig1.physical[0].mig) and mapped != list(mig1.physical[0].mig)
     gpu3 = next(n for n in SANDBOX_NODES if n.name == "gpu3")
     assert sorted(g.model for g in gpu3.physical) == sorted(g.model for g in gpu3.mapped)
     assert gpu3.partition not in {n.partition for n in SANDBOX_NODES if n.name != "gpu3"}
@@ -66,7 +79,16 @@ def test_gres_conf_indices_follow_the_node_map(layout: Layout) -> None:
     # The device nodes `up` creates are exactly the ones gres.conf names.
     assert layout.device("h1", 7) == dev / "h1" / "nvidia7"
     assert node_gres == {"gpu1": "gpu:a100:2,gpu:v100:2", "gpu2": "gpu:a100:2,gpu:v100:2",
-                         "gpu3": "gpu:a100:2,gpu:v100:2", "h1": "gpu:h100:8"}  # fmt: skip
+                         "gpu3": "gpu:a100:2,gpu:v100:2", "h1": "gpu:h100:8",
+                         "mig1": "gpu:3g.40gb:1,gpu:2g.20gb:1,gpu:1g.10gb:2"}  # fmt: skip
+    # mig1: a record per slice, its GPU's device and its GPU/compute instance's cap files
+    caps = f"{dev}/mig1/nvidia-caps/nvidia-cap"
+    assert [ln for ln in lines if ln.startswith("NodeName=mig1 ")][1] == (
+        f"NodeName=mig1 Name=gpu Type=2g.20gb MultipleFiles={dev}/mig1/nvidia0,{caps}21,{caps}22"
+    )
+    mig1 = next(n for n in SANDBOX_NODES if n.name == "mig1")
+    first = [dev / "mig1" / "nvidia0", Path(f"{caps}12"), Path(f"{caps}13")]
+    assert layout.devices(mig1)[:3] == first
 
 
 def test_slurm_conf_nodes_ports_and_hooks(layout: Layout) -> None:
