@@ -9,6 +9,7 @@ The sandbox's v100 GRES stand in for the AMD GPUs: the site file says they are M
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,19 @@ def _site(sandbox: Sandbox, tmp_path: Path, preflight: str) -> Path:
     return path
 
 
+def _settled(cj: Cli, job: str, wanted: tuple[str, ...]) -> tuple[dict, str]:
+    """The finished job's row and log, read again for a few seconds until the log has every
+    ``wanted`` line and accounting has the job's GPUs (both can trail the job's end)."""
+    row = wait_status(cj, job, finished)
+    deadline = time.monotonic() + 15
+    while True:
+        out = logs(cj, job)
+        if (all(w in out for w in wanted) and row.get("gpus")) or time.monotonic() > deadline:
+            return row, out
+        time.sleep(1)
+        row = wait_status(cj, job, finished)
+
+
 def _submit(cj: Cli, site: Path, *args: str) -> str:
     proc = cj("submit", "--site", str(site), *args)
     assert proc.returncode == 0, proc.stderr
@@ -61,8 +75,7 @@ def test_amd_gpus_run_with_preflight_warn(cj: Cli, sandbox: Sandbox, tmp_path: P
     job = _submit(
         cj, site, "--gpus", "1", "--model", "MI250X", "--", "bash", "-c", "echo amd-job-ran"
     )
-    row = wait_status(cj, job, finished)
-    out = logs(cj, job)
+    row, out = _settled(cj, job, ("amd-job-ran", "cannot check MI250X GPUs"))
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0), (row, out)
     assert "amd-job-ran" in out, out
     assert "cannot check MI250X GPUs" in out, out
