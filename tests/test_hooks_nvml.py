@@ -1105,3 +1105,67 @@ def test_task_prolog_gives_cuda_the_slices_of_the_jobs_gres_indices(node: Node) 
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
         f"export CUDA_VISIBLE_DEVICES={migs[2]},{scenario.gpus[1].uuid}",
     ]
+
+
+# -- the checks a good node passes (test_prolog_good_node_passes_and_logs) and that fire on
+# a node made to fail them, through pynvml over the stand-in ------------------------------
+
+
+def test_prolog_row_remap_pending_is_a_warning(node: Node) -> None:
+    node.setup(mixed(**{"0": {"remapped_pending": True}}))
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert (done.returncode, done.stderr.splitlines()) == (
+        0,
+        [
+            "clusterjob prolog: warning: row-remap-pending: gpu2: slot 0 (0000:07:00.0): "
+            "NVIDIA A100-SXM4-80GB: row remapping pending -- reset the GPU to apply it"
+        ],
+    )
+
+
+def test_prolog_board_replaced_under_its_uuid_is_a_warning(node: Node) -> None:
+    scenario = mixed()
+    node.setup(scenario, nodes="gpu2", slot_extra={0: f', uuid: "{scenario.gpus[0].uuid}"'})
+    assert node.prolog(env={"SLURM_JOB_GPUS": "0"}).stderr == ""
+    node.setup(scenario, nodes="gpu2", slot_extra={0: f', uuid: "{scenario.gpus[1].uuid}"'})
+    done = node.prolog(env={"SLURM_JOB_GPUS": "0"})
+    assert done.returncode == 0
+    assert done.stderr.startswith("clusterjob prolog: warning: gpu-uuid: gpu2: slot 0 ")
+
+
+def test_preflight_a_gpu_the_map_lacks(node: Node) -> None:
+    node.setup(mixed(), models=MIXED[:3], buses=BUSES[:3])
+    done = node.run("preflight", env=preflight_env(node, SLURM_JOB_GPUS="0"))
+    assert done.returncode == 1
+    assert any(
+        line.startswith("error: gpu-extra: gpu2: 0000:4c:00.0: ")
+        for line in done.stderr.splitlines()
+    ), done.stderr
+
+
+@pytest.mark.parametrize("asked", ["1", "2"])
+def test_preflight_count_of_gpus_given(node: Node, asked: str) -> None:
+    node.setup(mixed())
+    env = preflight_env(
+        node, SLURM_JOB_GPUS="1", CUDA_VISIBLE_DEVICES="1", CLUSTERJOB_EXPECT_COUNT=asked
+    )
+    done = node.run("preflight", env=env)
+    if asked == "1":
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 1
+    assert (
+        "error: alloc-count: gpu2: job asked for 2 GPU(s) on this node, was given 1"
+        in done.stderr.splitlines()
+    ), done.stderr
+
+
+def test_prolog_cuda_visible_devices_cuda_cannot_read_is_a_warning(node: Node) -> None:
+    node.setup(mixed())
+    assert node.prolog(env={"CUDA_VISIBLE_DEVICES": "0,1"}).stderr == ""
+    done = node.prolog(env={"CUDA_VISIBLE_DEVICES": "0,NoDevFiles"})
+    assert done.returncode == 0
+    assert done.stderr.splitlines() == [
+        "clusterjob prolog: warning: alloc-env: gpu2: CUDA_VISIBLE_DEVICES=0,NoDevFiles: CUDA "
+        "stops reading at the first entry it cannot parse"
+    ]
