@@ -883,3 +883,132 @@ def test_a_models_cap_per_job_refuses_more(gpus: int, nodes: int, total: int) ->
         f"a job may have at most 4 A100 at this site, asked for {total}: ask for fewer, or for "
         "whole GPUs"
     )
+
+
+# -- what the interpreter is chosen from -----------------------------------------------------
+
+PY = os.path.abspath(sys.executable)
+
+
+def test_a_reason_recorded_without_an_interpreter_is_not_a_recorded_choice() -> None:
+    interpreter, request = interp(python_why="recorded at submit: --python")
+    assert interpreter is None
+    assert request.python is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "python", "why"),
+    [
+        (dict(python=PY), PY, "--python"),
+        (
+            dict(submit_python=PY, active_env="/env"),
+            PY,
+            "python3 on the submitting PATH, env /env active",
+        ),
+        (dict(submit_python=PY), PY, "python3 on the submitting PATH"),
+    ],
+)
+def test_the_interpreter_from_the_options_and_the_submitting_shell(
+    kw: dict, python: str, why: str
+) -> None:
+    interpreter, request = interp(**kw)
+    assert interpreter is not None
+    assert (interpreter.python, interpreter.why) == (python, why)
+    assert (request.python, request.python_why) == (python, why)
+
+
+def test_the_active_env_alone_gives_no_interpreter_without_a_python() -> None:
+    interpreter, _ = interp(active_env="/env")
+    assert interpreter is None
+
+
+def test_a_venv_given_is_the_interpreters_directory(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(PY)
+    interpreter, request = interp(venv=str(tmp_path))
+    assert interpreter is not None
+    assert (interpreter.python, interpreter.venv, interpreter.why) == (
+        str(tmp_path / "bin" / "python"),
+        str(tmp_path),
+        "--venv",
+    )
+    assert request.venv == str(tmp_path)
+
+
+def test_a_conda_env_given_is_found_through_the_environment(tmp_path: Path) -> None:
+    conda = tmp_path / "conda"
+    conda.write_text("#!/bin/sh\n")
+    conda.chmod(0o755)
+    job = resolve(
+        GRES_SITE,
+        JobRequest("t.py", model="A100", conda="torch"),
+        environ={"CONDA_EXE": str(conda), "PATH": ""},
+    )
+    assert job.interpreter is not None
+    assert (job.interpreter.conda, job.interpreter.conda_exe, job.interpreter.why) == (
+        "torch",
+        str(conda),
+        "--conda",
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [("partition", "mllab.yaml: partitions.gpu.job python"), ("site", "mllab.yaml: job python")],
+)
+def test_the_sites_and_partitions_interpreter(where: str, why: str) -> None:
+    from clusterjob.site.model import JobEnvironment
+
+    entry = JobEnvironment(python=PY)
+    if where == "site":
+        site = replace(GRES_SITE, job=entry)
+    else:
+        partitions = tuple(
+            replace(p, job=entry) if p.name == "gpu" else p for p in GRES_SITE.partitions
+        )
+        site = replace(GRES_SITE, partitions=partitions)
+    job = resolve(site, JobRequest("t.py", model="A100"), environ={})
+    assert job.interpreter is not None
+    assert (job.interpreter.python, job.interpreter.why) == (PY, why)
+
+
+# -- smaller edges ---------------------------------------------------------------------------
+
+
+def test_two_tasks_without_a_launcher_are_refused() -> None:
+    with pytest.raises(UsageError) as info:
+        choose_launcher(JobRequest("t.py", launcher="none", tasks_per_node=2))
+    assert str(info.value).startswith("--tasks-per-node 2 with --launcher none would start one")
+
+
+def test_a_node_with_one_gpu_of_the_model_has_it() -> None:
+    nodes = dict(GRES_SITE.node_map.nodes)
+    nodes["mix01"] = nodes["mix01"][:2]  # A100, V100
+    site = replace(GRES_SITE, node_map=replace(GRES_SITE.node_map, nodes=nodes))
+    job = resolved(site, model="V100", partition="mixed")
+    assert (job.partition.name, job.eligible_nodes) == ("mixed", ("mix01",))
+
+
+def test_the_gres_type_is_kept_when_the_model_has_a_feature_too() -> None:
+    site = make_site("gres+constraint", models=(replace(A100, constraint="a100"), V100))
+    job = resolved(site, model="A100", gpus=2)
+    assert job.gres.gres_type == "a100"
+    assert job.gres.options == ("--gres=gpu:a100:2", "--constraint=a100")
+
+
+def test_a_partition_without_the_model_lists_all_it_has() -> None:
+    site = make_site(models=(A100, V100, H100))
+    assert refusal(site, model="H100", partition="mixed") == (
+        "partition mixed at site mllab has no H100 nodes (it has: A100, V100)"
+    )
+
+
+def test_a_cpu_only_jobs_exclude_must_be_a_hostlist() -> None:
+    assert refusal(gpus=0, partition="cpu", exclude="cpu[01").startswith(
+        "--exclude: not a Slurm hostlist: 'cpu[01' ("
+    )
+
+
+def test_a_constraint_with_capital_letters_is_joined() -> None:
+    job = resolved(CONSTRAINT_SITE, model="A100", constraint="XL")
+    assert job.gres.options == ("--gres=gpu:1", "--constraint=a100&XL")
