@@ -39,7 +39,7 @@ TARGETS=(
   "workstation-queue|clusterjob/workstation/queue.py clusterjob/workstation/claims.py|tests/test_workstation_claims.py tests/test_workstation_lockdir.py tests/test_workstation_selection.py tests/test_security_workstation.py tests/test_core_regressions.py"
   "request|clusterjob/jobscript/request.py|tests/test_request.py tests/test_request_exact.py tests/test_site_policies.py tests/test_render.py"
   "site-loader|clusterjob/site/loader.py clusterjob/site/yamlcheck.py clusterjob/site/jobpolicy.py|tests/test_site_config.py tests/test_site_loader_exact.py tests/test_site_policies.py tests/test_site_mig.py tests/test_site_gpu_syntax.py tests/test_bad_input.py::test_count_of_bad_inputs_tried"
-  "node-checks|clusterjob/node/checks/identity.py clusterjob/node/checks/allocation.py clusterjob/node/checks/ordering.py clusterjob/node/checks/health.py|tests/test_checks.py tests/test_checks_allocation.py tests/test_checks_mig.py tests/test_core_regressions.py"
+  "node-checks|clusterjob/node/checks/identity.py clusterjob/node/checks/allocation.py clusterjob/node/checks/ordering.py clusterjob/node/checks/health.py|tests/test_checks.py tests/test_checks_exact.py tests/test_checks_allocation.py tests/test_checks_mig.py tests/test_core_regressions.py"
   "jobs-avail|clusterjob/jobs/avail.py|tests/test_avail.py tests/test_slurm_real.py tests/test_core_regressions.py"
   "render|clusterjob/jobscript/render.py|tests/test_render.py tests/test_render_golden.py tests/test_security_render.py tests/test_site_policies.py tests/test_core_regressions.py"
   "jobs|clusterjob/jobs/submit.py clusterjob/jobs/status.py clusterjob/jobs/logs.py|tests/test_jobs.py tests/test_jobs_lifecycle.py tests/test_security_registry.py tests/test_core_regressions.py"
