@@ -549,3 +549,64 @@ def test_the_command_line_corpus_in_process(name: str) -> None:
     first = errors[0]
     assert first.line == line
     assert message in f"{first.key_path}: {first.message}" or message in first.message
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1e1", 10.0),
+        ("1.5e1", 15.0),
+        ("0x10", 16.0),
+        ("0o10", 8.0),
+        ("1_0", 10.0),
+        ("+5", 5.0),
+        ("5.", 5.0),
+        (".5", 0.5),
+        ("0.001", 0.001),
+    ],
+)
+def test_numbers_in_yaml_forms(tmp_path: Path, text: str, seconds: float) -> None:
+    site = loaded(tmp_path, BASE + f"prolog: {{deadline_seconds: {text}}}\n")
+    assert site.prolog.deadline_seconds == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (".inf", "expected a positive number, got .inf"),
+        ("-.inf", "expected a positive number, got -.inf"),
+        (".NaN", "expected a positive number, got .NaN"),
+        ("-0.5", "expected a positive number, got -0.5"),
+        ("12:30", "expected a number, got '12:30'"),
+        ("true", "expected a number, got true"),
+    ],
+)
+def test_numbers_that_are_not_positive_and_finite(tmp_path: Path, text: str, said: str) -> None:
+    added = f"prolog: {{deadline_seconds: {text}}}\n"
+    assert issues_of(tmp_path, BASE + added) == [f"10: prolog.deadline_seconds: {said}"]
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0x50", 80), ("0o10", 8), ("0b11", 3), ("1_0", 10), ("+5", 5), ("08", 8)],
+)
+def test_integers_in_yaml_forms(tmp_path: Path, text: str, value: int) -> None:
+    old = 'nvml_names: ["NVIDIA A100-SXM4-80GB"]}'
+    site = loaded(tmp_path, BASE.replace(old, old[:-1] + f", memory_gb: {text}}}"))
+    assert site.models[0].memory_gb == value
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("1e2", "expected an integer, got 1e2"),
+        ("80.0", "expected an integer, got 80.0"),
+        ("-1", "expected an integer >= 1, got -1"),
+        ("true", "expected an integer, got true"),
+        ("~", "expected an integer, got nothing (null)"),
+    ],
+)
+def test_integers_refused(tmp_path: Path, text: str, said: str) -> None:
+    old = 'nvml_names: ["NVIDIA A100-SXM4-80GB"]}'
+    text = BASE.replace(old, old[:-1] + f", memory_gb: {text}}}")
+    assert issues_of(tmp_path, text) == [f"4: models.A100.memory_gb: {said}"]
