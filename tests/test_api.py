@@ -235,3 +235,27 @@ def test_the_readme_python_example_is_the_one_tested() -> None:
     readme = (REPO / "README.md").read_text()
     blocks = re.findall(r"^```python\n(.*?)^```$", readme, re.M | re.S)
     assert blocks == [(REPO / "examples" / "api_tour.py").read_text()]
+
+
+def test_a_large_tree_is_synced_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clusterjob.api import remote
+
+    work = tmp_path / "work"
+    (work / ".git").mkdir(parents=True)
+    (work / ".git" / "pack").write_bytes(b"x" * 5000)  # never sent: not counted
+    (work / "data").mkdir()
+    (work / "data" / "big.bin").write_bytes(b"x" * 3000)
+    (work / "train.py").write_text("print(1)\n")
+    assert ssh.tree_size(work) == 3000 + 9
+    assert ssh.tree_size(work, ["data"]) == 9
+    ran: list[list[str]] = []
+    monkeypatch.setattr(ssh, "run_rsync", lambda argv, target: ran.append(list(argv)))
+    monkeypatch.setattr(ssh, "SIZE_WARNING_BYTES", 1000)
+    profile = remote.HostProfile(ssh.parse_target("ada@login1"))
+    remote.sync(profile, work, "/home/ada/work")
+    assert "warning: syncing 0 MiB from" in capsys.readouterr().err
+    assert len(ran) == 1 and ran[0][-1] == "ada@login1:/home/ada/work/"
+    remote.sync(remote.HostProfile(profile.target, exclude=("data",)), work, "/home/ada/work")
+    assert capsys.readouterr().err == ""  # under the limit once data/ is excluded

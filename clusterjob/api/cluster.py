@@ -697,7 +697,7 @@ class Cluster:
         job = resolve(site, request, choose_interpreter=False)  # the session runs no script
         session = shell_session(site, job, tuple(command))
         if self.remote:
-            remote_site = _fetched_from(Path(site.source))
+            remote_site = _fetched_from(Path(site.source), self.host)
             env = dict(session.env)
             if remote_site:
                 env["CLUSTERJOB_SITE"] = remote_site
@@ -716,18 +716,17 @@ def _submitted(result: Submitted | TestOnlyResult) -> Submitted:
     return result
 
 
-def _fetched_from(path: Path) -> str | None:
+def _fetched_from(path: Path, host: str) -> str | None:
     """The path on the cluster a cached site copy was fetched from (its first line)."""
     try:
         with path.open() as f:
             first = f.readline()
     except OSError:
         return None
-    marker = "# fetched from "
+    marker = f"# fetched from {host}:"
     if not first.startswith(marker):
         return None
-    where = first[len(marker) :].rsplit(" by clusterjob", 1)[0]
-    return where.split(":", 1)[1] if ":" in where else None
+    return first[len(marker) :].rsplit(" by clusterjob", 1)[0] or None
 
 
 def _bin_dir(python: str) -> str | None:

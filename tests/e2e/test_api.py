@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -187,3 +188,37 @@ def test_the_readme_example_runs(here: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].endswith(" COMPLETED") and lines[1] == "hello from the cluster"
     assert lines[2:] == ["loss 0.9709", "losses [0.9901, 0.9709, 0.9091]"]
+
+
+def test_a_checkpointable_function_is_requeued_and_resumes(here: Path, sandbox: Sandbox) -> None:
+    """A callable with checkpoint() (as submitit's): warned with SIGUSR1 (here sent by hand,
+    as Slurm sends it 90 s before the time limit), it returns requeue(self, ...); the job is
+    requeued and the next attempt calls the saved callable, its state kept."""
+    marker = here / "running"
+
+    class Train:
+        def __init__(self) -> None:
+            self.attempts = 0
+
+        def __call__(self, path: str) -> int:
+            self.attempts += 1
+            if self.attempts == 1:
+                Path(path).write_text("first attempt")
+                time.sleep(600)  # the warning comes while it runs
+            return self.attempts
+
+        def checkpoint(self, path: str) -> tuple[object, ...]:
+            return clusterjob.requeue(self, path)
+
+    cluster = Cluster(poll_interval=1)
+    job = cluster.options(time="0:20:00").submit_function(Train(), str(marker))
+    script = cluster.registry().get(job.id)
+    assert script is not None
+    assert "#SBATCH --signal=B:USR1@90" in script.script and "#SBATCH --requeue" in script.script
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert time.monotonic() < deadline, f"job {job.id} never started: {job.state()}"
+        time.sleep(0.5)
+    sandbox.run("scancel", "--batch", "--signal=USR1", job.id)
+    assert job.result(timeout=300) == 2  # the second attempt, of the saved callable
+    assert "checkpointing" in job.logs() and "resumes from its checkpoint" in job.logs()

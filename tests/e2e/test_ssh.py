@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -384,3 +385,26 @@ def test_node_side_commands_refuse_host(login: Login, laptop: Path, tmp_path: Pa
         "clusterjob: error: --host: `preflight` runs on this machine; run it on the cluster "
         "(--host works with: cancel, logs, resubmit, shell, show, status, submit, wait)\n"
     )
+
+
+def test_shell_over_ssh(login: Login, laptop: Path, tmp_path: Path, sandbox: Sandbox) -> None:
+    """`shell` runs srun --pty on the login node through `ssh -t`, with the cluster's own
+    site path for the preflight (here a terminal is given with script(1))."""
+    data = tmp_path / "data"
+    dry = cj(login, laptop, data, "--host", login.host, "shell", "--dry-run", "--", "hostname")
+    assert dry.returncode == 0, dry.stderr
+    site = sandbox.site_path
+    assert f"CLUSTERJOB_SITE={site} srun --pty" in dry.stdout  # the path on the cluster
+    if shutil.which("script") is None:
+        pytest.skip("script(1) gives the session a terminal")
+    line = shlex.join(
+        [sys.executable, "-m", "clusterjob", "--host", login.host, "shell", "--", "echo",
+         "on-the-node"]
+    )  # fmt: skip
+    done = subprocess.run(
+        ["script", "-qec", line, "/dev/null"],
+        env={**login.env, "CLUSTERJOB_DATA_DIR": str(data)}, cwd=laptop,
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "on-the-node" in done.stdout
