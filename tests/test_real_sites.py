@@ -3,8 +3,10 @@ documented example job line for line.
 
 Each case is the documentation's own ``#SBATCH`` block (its comments dropped) and the
 ``clusterjob submit`` options a user would give for that job; the test renders the job with
-the shipped site file and compares the directives. The comparison reads both sides the way
-sbatch does and nothing more:
+the shipped site file and compares the directives. Each case's source names the page and the
+copy of it the block was read from; a case whose page could not be read says so (its block is
+as remembered), and one page with no GPU job script has an adapted block, marked as such.
+The comparison reads both sides the way sbatch does and nothing more:
 
 * short options are their long names (``-C gpu`` is ``--constraint=gpu``), quotes around a
   value are read away, memory units are one case (``40gb`` is ``40G``);
@@ -95,9 +97,12 @@ def _sbatch_lines(text: str) -> list[str]:
 
 
 EXAMPLES = {
+    # not found in a stored copy; written from https://docs.nersc.gov/jobs/examples/ as
+    # remembered; check
     "perlmutter-1node-4gpus": Example(
         "perlmutter",
-        "https://docs.nersc.gov/jobs/examples/ (GPU: 1 node, 4 tasks, 1 GPU per task)",
+        "https://docs.nersc.gov/jobs/examples/ (GPU: 1 node, 4 tasks, 1 GPU per task; not "
+        "checked against the page)",
         """
         #SBATCH -A m4321
         #SBATCH -C gpu
@@ -111,9 +116,12 @@ EXAMPLES = {
         """,
         dict(gpus=4, model="a100", account="m4321", time="1:00:00"),
     ),
+    # not found in a stored copy; written from
+    # https://docs.nersc.gov/systems/perlmutter/running-jobs/ as remembered; check
     "perlmutter-80gb-debug": Example(
         "perlmutter",
-        "https://docs.nersc.gov/systems/perlmutter/running-jobs/ (80 GB nodes: -C gpu&hbm80g)",
+        "https://docs.nersc.gov/systems/perlmutter/running-jobs/ (80 GB nodes: -C gpu&hbm80g; "
+        "not checked against the page)",
         """
         #SBATCH -A m4321
         #SBATCH -C gpu&hbm80g
@@ -129,12 +137,14 @@ EXAMPLES = {
     ),
     "narval-one-gpu": Example(
         "narval",
-        "https://docs.alliancecan.ca/wiki/Using_GPUs_with_Slurm (multi-threaded job)",
+        "https://docs.alliancecan.ca/wiki/Using_GPUs_with_Slurm (multi-threaded job), read "
+        "from the copy of its wiki text at https://github.com/ualberta-rcg/alliance-wiki-rag-data"
+        "/blob/269ae9c971727cbbe4a694854e769ac435f05a9f/wiki_pages/Using%20GPUs%20with%20Slurm_en.txt",
         """
         #SBATCH --account=def-someuser
-        #SBATCH --gpus-per-node=1         # Number of GPU(s) per node
-        #SBATCH --cpus-per-task=6         # CPU cores/threads
-        #SBATCH --mem=4000M               # memory per node
+        #SBATCH --gpus-per-node=a100:1
+        #SBATCH --cpus-per-task=6
+        #SBATCH --mem=4000M
         #SBATCH --time=0-03:00
         """,
         dict(
@@ -148,26 +158,33 @@ EXAMPLES = {
     ),
     "narval-mig": Example(
         "narval",
-        "https://docs.alliancecan.ca/wiki/Multi-Instance_GPU (a job on one 4g.20gb slice)",
+        "https://docs.alliancecan.ca/wiki/Multi-Instance_GPU (the 24-hour batch job on one "
+        "4g.20gb instance), read from the copy of its wiki text at "
+        "https://github.com/ualberta-rcg/alliance-wiki-rag-data/blob/"
+        "269ae9c971727cbbe4a694854e769ac435f05a9f/wiki_pages/Multi-Instance%20GPU_en.txt",
         """
         #SBATCH --account=def-someuser
         #SBATCH --gpus=a100_4g.20gb:1
         #SBATCH --cpus-per-task=6
-        #SBATCH --mem=40gb
-        #SBATCH --time=1:00:00
+        #SBATCH --mem=62gb
+        #SBATCH --time=24:00:00
         """,
         dict(
             gpus=1,
             model="a100_4g.20gb",
             account="def-someuser",
             cpus_per_gpu=6,
-            mem_per_gpu="40G",
-            time="1:00:00",
+            mem_per_gpu="62G",
+            time="24:00:00",
         ),
     ),
+    # not found in a stored copy; written from
+    # http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_mono_batch-eng.html as remembered;
+    # check
     "jeanzay-mono-v100": Example(
         "jeanzay",
-        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_mono_batch-eng.html",
+        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_mono_batch-eng.html (not "
+        "checked against the page)",
         """
         #SBATCH --job-name=gpu_mono
         #SBATCH --nodes=1
@@ -189,10 +206,13 @@ EXAMPLES = {
         ),
         extra={"--qos=qos_gpu-t3": "IDRIS's default QoS, which the example relies on"},
     ),
+    # not found in a stored copy; written from the two pages below as remembered; check
     "jeanzay-mono-a100": Example(
         "jeanzay",
-        "the same page, its -C a100 and --cpus-per-task=8 lines uncommented; the account "
-        "from http://www.idris.fr/eng/jean-zay/cpu/jean-zay-cpu-doc_account-eng.html",
+        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_mono_batch-eng.html, its -C a100 "
+        "and --cpus-per-task=8 lines uncommented; the account from "
+        "http://www.idris.fr/eng/jean-zay/cpu/jean-zay-cpu-doc_account-eng.html (neither "
+        "checked against the page)",
         """
         #SBATCH --job-name=gpu_mono
         #SBATCH -C a100
@@ -217,9 +237,13 @@ EXAMPLES = {
         ),
         extra={"--qos=qos_gpu_a100-t3": "the A100 partition's default QoS"},
     ),
+    # not found in a stored copy; written from
+    # http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_multi_mpi_batch-eng.html as
+    # remembered; check
     "jeanzay-multi-mpi": Example(
         "jeanzay",
-        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_multi_mpi_batch-eng.html",
+        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_multi_mpi_batch-eng.html (not "
+        "checked against the page)",
         """
         #SBATCH --job-name=gpu_multi_mpi
         #SBATCH --nodes=3
@@ -244,46 +268,49 @@ EXAMPLES = {
     ),
     "lumi-standard-g": Example(
         "lumi",
-        "https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/lumig-job/",
+        "https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/lumig-job/ (MPI-based job), "
+        "read from its source at https://github.com/Lumi-supercomputer/lumi-userguide/blob/"
+        "6c3a26c0fc8f2174e1dde45adb75def88d8010a4/docs/runjobs/scheduled-jobs/lumig-job.md",
         """
-        #SBATCH --job-name=examplejob   # Job name
-        #SBATCH --output=examplejob.o%j # Name of stdout output file
-        #SBATCH --error=examplejob.e%j  # Name of stderr error file
-        #SBATCH --partition=standard-g  # partition name
-        #SBATCH --nodes=2               # Total number of nodes
-        #SBATCH --ntasks-per-node=8     # 8 MPI ranks per node, 16 total (2x8)
-        #SBATCH --gpus-per-node=8       # Allocate one gpu per MPI rank
-        #SBATCH --time=1-12:00:00       # Run time (d-hh:mm:ss)
-        #SBATCH --mail-type=all         # Send email at begin and end of job
-        #SBATCH --account=project_465000000  # Project for billing
-        #SBATCH --mail-user=username@domain.com
+        #SBATCH --job-name=examplejob
+        #SBATCH --output=examplejob.o%j
+        #SBATCH --error=examplejob.e%j
+        #SBATCH --partition=standard-g
+        #SBATCH --nodes=2
+        #SBATCH --ntasks-per-node=8
+        #SBATCH --gpus-per-node=8
+        #SBATCH --time=1-12:00:00
+        #SBATCH --account=project_<id>
         """,
         dict(
             gpus=8,
             nodes=2,
             partition="standard-g",
-            project="465000000",
+            project="<id>",
             job_name="examplejob",
             output="examplejob.o%j",
             error="examplejob.e%j",
             time="1-12:00:00",
-            mail_type="all",
-            mail_user="username@domain.com",
         ),
     ),
+    # The guide has no GPU job script: its samples are CPU jobs in the normal queue. These are
+    # its serial sample's lines with two changed: -p normal -> -p gpu-a100, -n 1 -> -n 3 (one
+    # task per GPU). Not a documented block.
     "lonestar6-gpu-a100": Example(
         "lonestar6",
-        "https://docs.tacc.utexas.edu/hpc/lonestar6/ (job script sample, the gpu-a100 queue)",
+        "https://docs.tacc.utexas.edu/hpc/lonestar6/ (Sample Job Scripts, serial job; adapted "
+        "to the gpu-a100 queue), read from its source at https://github.com/TACC/TACC-Docs/blob/"
+        "1d94ecfa3d5c9a49b301e41630a3cc69636cfee9/docs/hpc/lonestar6.md",
         """
-        #SBATCH -J myjob           # Job name
-        #SBATCH -o myjob.o%j       # Name of stdout output file
-        #SBATCH -e myjob.e%j       # Name of stderr error file
-        #SBATCH -p gpu-a100        # Queue (partition) name
-        #SBATCH -N 1               # Total # of nodes
-        #SBATCH -n 3               # Total # of mpi tasks
-        #SBATCH -t 01:30:00        # Run time (hh:mm:ss)
-        #SBATCH --mail-type=all    # Send email at begin and end of job
-        #SBATCH -A myproject       # Project/Allocation name (req'd if you have more than 1)
+        #SBATCH -J myjob
+        #SBATCH -o myjob.o%j
+        #SBATCH -e myjob.e%j
+        #SBATCH -p gpu-a100
+        #SBATCH -N 1
+        #SBATCH -n 3
+        #SBATCH -t 01:30:00
+        #SBATCH --mail-type=all
+        #SBATCH -A myproject
         #SBATCH --mail-user=username@tacc.utexas.edu
         """,
         dict(
