@@ -146,7 +146,7 @@ class Cluster:
         self.poll_interval = poll_interval
         self._exec = exec
         self._calls_lock = threading.Lock()
-        self.slurm_calls = 0  # Slurm commands run for this cluster (every attempt counts)
+        self._calls = [0]  # shared with the views of options()
         self._defaults: dict[str, object] = {}
         self._poller = _Poller(self)
 
@@ -158,11 +158,16 @@ class Cluster:
     def remote(self) -> bool:
         return self.transport.remote
 
+    @property
+    def slurm_calls(self) -> int:
+        """Slurm commands run for this cluster so far (every attempt counts)."""
+        return self._calls[0]
+
     # --- the core's handles -------------------------------------------------------------------
 
     def _counted(self, cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
         with self._calls_lock:
-            self.slurm_calls += 1
+            self._calls[0] += 1
         return (self._exec or self.transport.exec)(cmd, timeout, input)
 
     def client(self, budget: float | None = None) -> SlurmClient:
@@ -784,6 +789,7 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         self.task = task
         self.last_status: JobStatus | None = None
         self._completed_without_result: float | None = None
+        self._ended_without_code: float | None = None
         cluster._poller.add(self)
 
     @property
@@ -820,8 +826,8 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         done, _ = concurrent.futures.wait([self], timeout=timeout)
         if not done:
             raise JobTimeout(f"job {self.id} still {self._shown_state()} after {timeout:g}s")
-        if self.last_status is None:
-            return self.status()
+        if self.last_status is None or self.cancelled():
+            return self.status()  # cancelled here: Slurm's word on how it ended
         return self.last_status
 
     def _shown_state(self) -> str:
@@ -869,26 +875,27 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def _settle(self, row: JobStatus, now: float) -> None:
         """Record what Slurm said; once the job has ended, set the future's outcome."""
-        from clusterjob.jobs.wait import ended
+        from clusterjob.jobs.wait import EXIT_CODE_GRACE, ended
 
         self.last_status = row
         if self.done() or not ended(row):
             return
-        if (
-            row.state not in ("COMPLETED", "UNKNOWN")
-            and row.exit_code is None
-            and row.source == "squeue"
-        ):
-            return  # sacct has not got the exit code yet (wait's grace): next refresh
+        outcome = self._read_result() if self.is_function else None
+        if outcome is not None:  # the function's own word: returned, or raised
+            self._set(**outcome)
+            return
+        no_code = row.exit_code is None and row.source == "squeue"
+        if row.state not in ("COMPLETED", "UNKNOWN") and no_code:
+            # sacct has not got the exit code yet: wait for it as `wait` does, a while
+            if self._ended_without_code is None:
+                self._ended_without_code = now
+            if now - self._ended_without_code < EXIT_CODE_GRACE:
+                return
         if not self.is_function:
             if row.state == "COMPLETED":
                 self._set(result=row)
             else:
                 self._set(exception=_failed(self.id, row))
-            return
-        outcome = self._read_result()
-        if outcome is not None:
-            self._set(**outcome)
             return
         if row.state == "COMPLETED":
             first = self._completed_without_result
