@@ -7,7 +7,7 @@ and, given a timeout, never blocks past it, even when the driver hangs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
@@ -155,40 +155,19 @@ def read_inventory(
     ``deadline`` is the overall budget the timeout message names, when ``timeout`` is only
     what is left of it.
     """
-    if isolate:
-        return start_isolated_read()(timeout, deadline)
     from clusterjob.gpu.nvml import read_nvml  # here: it imports this module's dataclasses
 
     try:
+        if isolate:
+            return isolation.in_child(read_nvml, timeout)
         if timeout is None:
             return read_nvml()
         return isolation.in_thread(read_nvml, timeout)
     except isolation.ReadTimedOut:
-        hint = "; the node likely needs a GPU reset or reboot"
-        raise _timed_out(deadline or timeout, hint) from None
-
-
-def start_isolated_read() -> Callable[[float | None, float | None], GpuInventory]:
-    """``read_inventory(timeout, isolate=True, deadline=deadline)`` begun now in its forked
-    child; calling the result with ``(timeout, deadline)`` waits for the answer. The Prolog
-    starts it first, so NVML is read while the Prolog imports its checks and its config."""
-    from clusterjob.gpu.nvml import read_nvml  # here: it imports this module's dataclasses
-
-    answer = isolation.start_in_child(read_nvml)
-
-    def result(timeout: float | None, deadline: float | None = None) -> GpuInventory:
-        try:
-            return answer(timeout)
-        except isolation.ReadTimedOut:
-            # The Prolog's line goes to slurmd's log, so its hint is the short one.
-            raise _timed_out(deadline or timeout, "") from None
-
-    return result
-
-
-def _timed_out(seconds: float | None, hint: str) -> NvmlError:
-    return NvmlError(
-        NvmlErrorKind.TIMEOUT,
-        f"NVML did not answer within {seconds:g}s: a GPU or the NVIDIA driver "
-        f"is hung (look for Xid errors in dmesg{hint})",
-    )
+        # The Prolog's line goes to slurmd's log, so its hint is the short one.
+        hint = "" if isolate else "; the node likely needs a GPU reset or reboot"
+        raise NvmlError(
+            NvmlErrorKind.TIMEOUT,
+            f"NVML did not answer within {deadline or timeout:g}s: a GPU or the NVIDIA driver "
+            f"is hung (look for Xid errors in dmesg{hint})",
+        ) from None

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
 
-__all__ = ["ReadTimedOut", "in_child", "in_thread", "kill_children", "start_in_child"]
+__all__ = ["ReadTimedOut", "in_child", "in_thread", "kill_children"]
 
 T = TypeVar("T")
 
@@ -59,14 +59,6 @@ def in_child(read: Callable[[], T], timeout: float | None) -> T:
     NvmlError(UNKNOWN), since it is still an answer and not a hang. ReadTimedOut when the
     child has not answered within ``timeout`` seconds (it is killed then).
     """
-    return start_in_child(read)(timeout)
-
-
-def start_in_child(read: Callable[[], T]) -> Callable[[float | None], T]:
-    """``in_child`` begun now: the child reads while the caller goes on, and calling the
-    result waits for the answer, up to its ``timeout`` from then (the Prolog starts its NVML
-    read before it imports its checks and reads its config). A child never asked for its
-    answer is ended by ``kill_children``."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns
@@ -88,36 +80,30 @@ def start_in_child(read: Callable[[], T]) -> Callable[[float | None], T]:
             os._exit(0)
     os.close(wfd)
     _CHILDREN.add(pid)
-
-    def answer(timeout: float | None) -> T:
-        end = None if timeout is None else time.monotonic() + timeout
-        chunks: list[bytes] = []
-        try:
-            while True:
-                left = None if end is None else end - time.monotonic()
-                if left is not None and (left <= 0 or not select.select([rfd], [], [], left)[0]):
-                    kill_children()
-                    raise ReadTimedOut
-                chunk = os.read(rfd, 65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        finally:
-            os.close(rfd)
-        _reap(pid, block=True)
-        _CHILDREN.discard(pid)
-        try:
-            payload = pickle.loads(b"".join(chunks))
-        except Exception as exc:
-            raise NvmlError(
-                NvmlErrorKind.UNKNOWN, "the NVML reader ended without an answer"
-            ) from exc
-        if payload[0] == "ok":
-            value: T = payload[1]
-            return value
-        raise NvmlError(NvmlErrorKind(payload[1]), payload[2])
-
-    return answer
+    end = None if timeout is None else time.monotonic() + timeout
+    chunks: list[bytes] = []
+    try:
+        while True:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([rfd], [], [], left)[0]):
+                kill_children()
+                raise ReadTimedOut
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(rfd)
+    _reap(pid, block=True)
+    _CHILDREN.discard(pid)
+    try:
+        payload = pickle.loads(b"".join(chunks))
+    except Exception as exc:
+        raise NvmlError(NvmlErrorKind.UNKNOWN, "the NVML reader ended without an answer") from exc
+    if payload[0] == "ok":
+        value: T = payload[1]
+        return value
+    raise NvmlError(NvmlErrorKind(payload[1]), payload[2])
 
 
 def kill_children() -> None:

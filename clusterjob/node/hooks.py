@@ -96,29 +96,14 @@ def hook_main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     site: str | None = args.site
     if command == "prolog":
         try:
-            # NVML is read in its child while this process imports the checks and reads the
-            # config (the reader's import of pynvml and the Prolog's own imports, in parallel)
-            from clusterjob.gpu.inventory import start_isolated_read
-
-            nvml = start_isolated_read()
             from clusterjob.node.prolog import run_prolog
 
             return run_prolog(
-                env,
-                site=site,
-                cache_dir=args.cache_dir,
-                deadline=args.deadline,
-                log=args.log,
-                nvml=nvml,
+                env, site=site, cache_dir=args.cache_dir, deadline=args.deadline, log=args.log
             )
         except BaseException as exc:  # last resort: one line, drain
             print(f"clusterjob prolog: internal error: {type(exc).__name__}", file=sys.stderr)
             return 1
-        finally:  # a read never asked for (the config failed first) ends here
-            if "clusterjob.gpu.isolation" in sys.modules:
-                from clusterjob.gpu.isolation import kill_children
-
-                kill_children()
     from clusterjob.node.task_prolog import run_task_prolog
 
     return run_task_prolog(env, sys.stdout, site)

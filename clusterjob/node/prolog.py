@@ -16,14 +16,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from clusterjob import __version__
 from clusterjob.errors import ClusterjobError, NvmlError, NvmlErrorKind
-from clusterjob.gpu.inventory import GpuInventory, start_isolated_read
+from clusterjob.gpu.inventory import read_inventory
 from clusterjob.gpu.isolation import kill_children
 from clusterjob.node import drain
 from clusterjob.node.allocation import Context, allocation_from_env
@@ -177,13 +177,10 @@ def run_prolog(
     cache_dir: str | None = None,
     deadline: float | None = None,
     log: str | None = None,
-    nvml: Callable[[float | None, float | None], GpuInventory] | None = None,
 ) -> int:
     """Check the GPUs against the node map; the exit code for slurmd (0 pass, 1 drain).
 
     ``site``, ``cache_dir``, ``deadline`` and ``log`` come from the command line only.
-    ``nvml``: the NVML read already begun (``start_isolated_read``), else it starts when the
-    config is read.
     """
     run = PrologRun(
         node=node_name(environ),
@@ -214,7 +211,7 @@ def run_prolog(
         run.arm_alarm()
         try:
             left = max(run.remaining(), 0.01)
-            inventory = (nvml or start_isolated_read())(left, run.deadline)
+            inventory = read_inventory(left, isolate=True, deadline=run.deadline)
         except NvmlError as exc:
             if exc.kind is NvmlErrorKind.GPU_LOST:  # a known-broken node, whatever on_error
                 return run.verdict(_lost_report(run.node, exc))
