@@ -15,6 +15,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cj=.venv/bin/clusterjob
 releases=${CLUSTERJOB_TEST_RELEASES:-24.11 26.05}
+# Host-only tests, left out inside the roots (named here, counted by pytest as deselected):
+# the quickstart test runs the checkout's own .venv, whose interpreter is the host's.
+host_only=(--deselect
+    tests/e2e/test_docs_blocks.py::test_quickstart_ends_with_the_line_that_makes_the_next_command_work)
+echo "inside the roots, host-only: ${host_only[*]:1}; marker torch" >&2
 rc=0
 summary=()
 for release in $releases; do
@@ -23,7 +28,8 @@ for release in $releases; do
     $cj sandbox up --slurm "$release" >/dev/null
     up_s=$(($(date +%s) - start))
     run() {  # pytest inside the release's root; its exit status
-        $cj sandbox exec --slurm "$release" -- python -m pytest -p no:cacheprovider "$@"
+        $cj sandbox exec --slurm "$release" -- python -m pytest -p no:cacheprovider \
+            "${host_only[@]}" "$@"
     }
     set +e
     run -m "slurm and not torch" "$@"

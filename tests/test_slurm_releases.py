@@ -186,3 +186,20 @@ def test_squeue_json_honours_jobs_from_24_11_only() -> None:
     assert counts["24.11"] == counts["26.05"] == 1
     job = json.loads(read("24.11", "squeue_json_jobs.txt"))["jobs"][0]
     assert job["job_state"] == ["RUNNING"]  # a list from data_parser v0.0.42
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_configured_hooks_are_read_on_every_release(release: str) -> None:
+    """24.11 and 26.05 print a list-valued key one item per line (``Prolog[0] = ...``)."""
+    config = parse.parse_scontrol_config(read(release, "scontrol_show_config.txt"))
+    assert config["Prolog"].endswith("/hooks/clusterjob-prolog")
+    assert config["TaskProlog"].endswith("/hooks/clusterjob-task-prolog")
+    assert config["ClusterName"] == "sandbox"
+    assert ("Prolog[0]" in read(release, "scontrol_show_config.txt")) == (release != "22.05")
+
+
+def test_a_list_valued_key_comes_back_comma_joined_as_slurm_conf_writes_it() -> None:
+    text = (
+        "Prolog[0]               = /a/one\nProlog[1]               = /b/two\nPrologFlags = Alloc\n"
+    )
+    assert parse.parse_scontrol_config(text) == {"Prolog": "/a/one,/b/two", "PrologFlags": "Alloc"}

@@ -533,13 +533,27 @@ def parse_scontrol_jobs(stdout: str) -> list[ControlJob]:
     return jobs
 
 
+_LIST_ITEM = re.compile(r"^(?P<name>\w+)\[(?P<index>\d+)\]$")
+
+
 def parse_scontrol_config(stdout: str) -> dict[str, str]:
-    """``scontrol show config``: ``Name = value`` lines."""
-    config = {}
+    """``scontrol show config``: ``Name = value`` lines. From 24.11 a key that takes a list
+    prints one line per item (``Prolog[0] = /a``, ``Prolog[1] = /b``): they come back as one
+    key, comma-joined as slurm.conf writes them (``Prolog=/a,/b``)."""
+    config: dict[str, str] = {}
+    items: dict[str, list[str]] = {}
     for line in stdout.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            config[key.strip()] = value.strip()
+        key = key.strip()
+        if not sep or not key or " " in key:
+            continue
+        m = _LIST_ITEM.match(key)
+        if m:
+            items.setdefault(m.group("name"), []).append(value.strip())
+        else:
+            config[key] = value.strip()
+    for name, values in items.items():
+        config.setdefault(name, ",".join(values))
     return config
 
 
