@@ -231,6 +231,8 @@ def test_submit_from_a_laptop_runs_the_synced_code(
     logs = cj(login, laptop, data, *host, "logs", job)
     assert logs.returncode == 0, logs.stderr
     assert f"trained on the laptop's data in {remote} job {job}" in logs.stdout
+    # every command went over one shared connection, still open for the next one
+    assert list(Path(login.env["CLUSTERJOB_RUNTIME_DIR"]).glob("cm-*"))
     # the registry is the laptop's, and says which host
     (record,) = Registry(data / "jobs.sqlite", host=login.host).all()
     assert (record.job_id, record.work_dir) == (job, str(remote))
@@ -242,6 +244,14 @@ def test_submit_from_a_laptop_runs_the_synced_code(
         env=env_host, cwd=laptop, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert again.returncode == 0 and json.loads(again.stdout)[0]["job_id"] == job, again.stderr
+    # the recorded script again, byte for byte but for its token, in the same remote dir
+    redo = cj(login, laptop, data, *host, "resubmit", job, "--same-script", "--parsable")
+    assert redo.returncode == 0, redo.stderr
+    second = redo.stdout.strip()
+    waited = cj(login, laptop, data, *host, "wait", second, "--interval", "1")
+    assert waited.stdout.strip() == f"{second} COMPLETED (exit 0)", waited.stderr
+    shown = cj(login, laptop, data, *host, "show", second, "--json")
+    assert json.loads(shown.stdout)["resubmit_of"] == job
 
 
 def test_logs_follow_and_cancel_over_ssh(login: Login, laptop: Path, tmp_path: Path) -> None:
