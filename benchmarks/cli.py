@@ -120,6 +120,7 @@ def run(work: Path, *, quick: bool) -> Result:
     script.write_text("print('training')\n")
     env = dict(os.environ)
     env["CLUSTERJOB_DATA_DIR"] = str(work / "cli-data")  # leave the user's registry alone
+    env["XDG_CACHE_HOME"] = str(work / "xdg-cache")  # template, site caches
 
     def submit(site: Path) -> list[str]:
         return [*cj, "submit", str(script), "--gpus", "8", "--model", "H100",

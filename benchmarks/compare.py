@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             rev = label
             env = dict(os.environ, PYTHONPATH=str(export(rev, work / label)))
             env["CLUSTERJOB_DATA_DIR"] = str(work / "data")
+            env["XDG_CACHE_HOME"] = str(work / "xdg-cache")  # template, site caches
             cj = [PYTHON, "-P", "-m", "clusterjob"]  # -P: not the checkout in the cwd
             commands[f"{label}: --help"] = ([*cj, "--help"], env)
             commands[f"{label}: submit --dry-run"] = (

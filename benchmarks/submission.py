@@ -39,6 +39,7 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
     wrap_clients(bin_dir, log)
     env = dict(os.environ)
     env["CLUSTERJOB_DATA_DIR"] = str(work / "submit-data")
+    env["XDG_CACHE_HOME"] = str(work / "xdg-cache")  # template, site caches
     counted = dict(env, PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
     model = os.environ.get("CLUSTERJOB_BENCH_MODEL", "A100")
     cj = [*clusterjob_command(), "submit", str(script), "--gpus", "1", "--model", model,
