@@ -180,15 +180,12 @@ def run(work: Path, *, quick: bool) -> Result:
             other, limit = REFERENCE_NAME, None
         if name.endswith("(10,000-node site)") and SUBMITIT in times:
             other = SUBMITIT
-        ratio = value / median(times[other])
-        result.add(
+        result.compared(
             name,
-            value * 1000,
-            "ms",
-            ratio=ratio,
-            reference=other,
-            target=f"<= {limit}x" if limit else None,
-            met=ratio <= limit if limit else None,
+            value,
+            other,
+            median(times[other]),
+            limit,
             note=f"median of {repeats}; {value / ref:.2f}x {REFERENCE_NAME}",
         )
     return result

@@ -77,6 +77,28 @@ class Result:
         self.rows.append(row)
         return row
 
+    def compared(
+        self,
+        figure: str,
+        seconds: float,
+        reference: str,
+        reference_seconds: float,
+        limit: float | None = None,
+        note: str = "",
+    ) -> Row:
+        """A time in ms, its ratio to ``reference`` and, with ``limit``, the target it meets."""
+        ratio = seconds / reference_seconds
+        return self.add(
+            figure,
+            seconds * 1000,
+            "ms",
+            ratio=ratio,
+            reference=reference,
+            target=f"<= {limit}x" if limit is not None else None,
+            met=ratio <= limit if limit is not None else None,
+            note=note,
+        )
+
     def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,

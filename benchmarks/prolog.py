@@ -149,14 +149,12 @@ def run(work: Path, *, quick: bool) -> Result:
             if key not in times:
                 continue
             warm = median(times[key])
-            result.add(
+            result.compared(
                 f"prolog, {n:,}-node site ({style}), warm cache",
-                warm * 1000,
-                "ms",
-                ratio=warm / nvml,
-                reference=NVML_NAME,
-                target=f"<= {TARGET_RATIO}x",
-                met=warm / nvml <= TARGET_RATIO,
+                warm,
+                NVML_NAME,
+                nvml,
+                TARGET_RATIO,
                 note=f"median of {repeats}; {warm / ref:.2f}x {REFERENCE_NAME}; "
                 f"{warm / base:.2f}x the {sizes[0]}-node site",
             )

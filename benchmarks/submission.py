@@ -69,14 +69,12 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
         subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
     cj_median, sb_median = median(times["clusterjob submit"]), median(times["sbatch"])
     result.add("plain sbatch, per job", sb_median * 1000, "ms", note=f"median of {n}")
-    result.add(
+    result.compared(
         "clusterjob submit, per job",
-        cj_median * 1000,
-        "ms",
-        ratio=cj_median / sb_median,
-        reference="plain sbatch, per job",
-        target=f"<= {TARGET_RATIO}x",
-        met=cj_median / sb_median <= TARGET_RATIO,
+        cj_median,
+        "plain sbatch, per job",
+        sb_median,
+        TARGET_RATIO,
         note=f"median of {n}, interleaved with sbatch",
     )
     floor = median(times[REFERENCE_NAME])
@@ -159,14 +157,12 @@ def sweep(
         subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
     ours, theirs = median(times["sweep"]), median(times["array"])
     result.add("plain sbatch of the array script", theirs * 1000, "ms", note=f"median of {rounds}")
-    result.add(
+    result.compared(
         f"clusterjob submit --sweep, {tasks} tasks (one array job)",
-        ours * 1000,
-        "ms",
-        ratio=ours / theirs,
-        reference="plain sbatch of the array script",
-        target=f"<= {TARGET_RATIO}x",
-        met=ours / theirs <= TARGET_RATIO,
+        ours,
+        "plain sbatch of the array script",
+        theirs,
+        TARGET_RATIO,
         note=f"median of {rounds}, interleaved; {ours / tasks * 1000:.2f} ms per task",
     )
     slurm = sum(status_calls.get(c, 0) for c in ("squeue", "sacct", "scontrol"))
