@@ -12,13 +12,14 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from test_checks import A100, CASES, MIXED_INV, MIXED_MAP, V100, check, gpu, inv
+from test_checks import A100, CASES, H100, MIXED_INV, MIXED_MAP, V100, check, gpu, inv, slots
 from test_checks_mig import MAP, migs, sliced
 from test_render_golden import assert_golden
 
-from clusterjob.gpu.inventory import MigDevice
+from clusterjob.gpu.inventory import GpuProcess, MigDevice
 from clusterjob.node.allocation import Context, allocation_from_env
 from clusterjob.node.report import render_table, summary_line
+from clusterjob.site.model import NodeGpu
 
 GOLDEN = Path(__file__).parent / "golden" / "check-findings.json"
 
@@ -35,6 +36,7 @@ def job(env: dict[str, str], **kw: object) -> dict[str, object]:
     return facts
 
 
+X16: dict[str, object] = {"pcie_link_width": 16, "pcie_link_width_max": 16}
 SLICE_MODELS = {f"A100-{p}": (f"{A100} MIG {p}",) for p in ("3g.40gb", "2g.20gb", "1g.10gb")}
 SHARED_UUIDS = replace(
     MIXED_INV,
@@ -74,6 +76,77 @@ MORE: dict[str, dict[str, object]] = {
             gpu(2, V100, mig_current=False, mig_pending=False),
             gpu(3, V100),
         ),
+    ),
+    "two hardware clock reasons on a GPU the job was not given": job(
+        {"SLURM_JOB_GPUS": "1"},
+        inventory=inv(gpu(0, A100, clock_event_reasons=0x8 | 0x40), gpu(1, A100)),
+        node_map=slots("A100", "A100"),
+    ),
+    "two NVLink links down, on a GPU the job was not given": job(
+        {"SLURM_JOB_GPUS": "1"},
+        node_map=(
+            NodeGpu(0, "H100", "0000:07:00.0", nvlinks=4),
+            NodeGpu(1, "H100", "0000:0b:00.0"),
+        ),
+        inventory=inv(gpu(0, H100, nvlink_active=(True, False, True, False)), gpu(1, H100)),
+    ),
+    "three links of four up, none expected by the map": {
+        "node_map": slots("A100"),
+        "inventory": inv(gpu(0, A100, nvlink_active=(True, True, False, True))),
+    },
+    "all links up": {
+        "node_map": slots("A100"),
+        "inventory": inv(gpu(0, A100, nvlink_active=(True, True, True, True))),
+    },
+    "two processes on an idle GPU, one without a name or user": {
+        "node_map": slots("A100"),
+        "inventory": inv(
+            gpu(0, A100, processes=(GpuProcess(11, 2**30, "python"), GpuProcess(12, None, None)))
+        ),
+    },
+    "a driver whose version NVML cannot name, and an old CUDA": {
+        "node_map": MIXED_MAP,
+        "inventory": replace(MIXED_INV, driver_version=None, cuda_driver_version=11080),
+        "driver_min": "550",
+        "cuda_min": "12.1",
+    },
+    "CUDA 12.4 where 12.4 is the minimum": {
+        "node_map": MIXED_MAP,
+        "inventory": MIXED_INV,
+        "cuda_min": "12.4",
+        "driver_min": "550.54.15",
+    },
+    "a GPU exactly at the hot margin": {
+        "node_map": slots("A100"),
+        "inventory": inv(gpu(0, A100, temperature=85, temperature_slowdown=90)),
+    },
+    "a GPU one degree under the hot margin": {
+        "node_map": slots("A100"),
+        "inventory": inv(gpu(0, A100, temperature=84, temperature_slowdown=90)),
+    },
+    "PCIe at its top generation, and one below it": {
+        "node_map": slots("A100", "A100"),
+        "inventory": inv(
+            gpu(0, A100, pcie_link_gen=4, pcie_link_gen_max=4, **X16),
+            gpu(1, A100, pcie_link_gen=3, pcie_link_gen_max=4, **X16),
+        ),
+    },
+    "power capped on one GPU, no default known for the other": {
+        "node_map": slots("A100", "A100"),
+        "inventory": inv(
+            gpu(0, A100, power_limit=300_000),
+            gpu(1, A100, power_limit=300_000, power_limit_default=400_000),
+        ),
+    },
+    "a job expecting GPUs with no GPU variable set": {
+        "node_map": MIXED_MAP,
+        "inventory": MIXED_INV,
+        "allocation": allocation_from_env({}, Context.JOB),
+        "context": Context.JOB,
+        "expect_count": 2,
+    },
+    "GPU variables that cannot be read": job(
+        {"SLURM_JOB_GPUS": "0,x", "CUDA_VISIBLE_DEVICES": "0,1"}
     ),
 }
 
