@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,9 +20,17 @@ if TYPE_CHECKING:  # `clusterjob --help` imports every command module: not the s
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Site YAML files to check.")],
     as_json: JsonOption = False,
+    compile_: Annotated[
+        bool,
+        typer.Option(
+            "--compile",
+            help="Also write each valid file's compiled node map beside it (FILE.nodes.json), "
+            "which the Prolog reads on a node's first job instead of the YAML.",
+        ),
+    ] = False,
 ) -> None:
     """Check site configs; print every problem as file:line: key: message (exit 2 on errors)."""
-    from clusterjob.site.admin import issue_record, validate_files
+    from clusterjob.site.admin import issue_record, validate_files, write_compiled
 
     results = validate_files(files)
     if as_json:
@@ -45,6 +54,10 @@ def validate(
                 )
     if any(site is None for _, site, _ in results):
         raise typer.Exit(2)
+    if compile_:
+        for path, _site, _issues in results:
+            written = write_compiled(path)
+            print(f"{path}: compiled node map written to {written}", file=sys.stderr)
 
 
 @site_app.command("show")

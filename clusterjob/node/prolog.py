@@ -37,7 +37,7 @@ from clusterjob.node.context import (
 )
 from clusterjob.node.trust import open_trusted, open_trusted_append, open_trusted_dir
 from clusterjob.site.model import OnError, PrologPolicy
-from clusterjob.site.nodeview import load_node_view_fd
+from clusterjob.site.nodeview import compiled_path, load_node_view_fd
 
 __all__ = ["PrologRun", "run_prolog"]
 
@@ -198,7 +198,12 @@ def run_prolog(
                 cache_fd = _open_cache(Path(cache_dir or DEFAULT_CACHE_DIR), run.notes)
                 try:
                     view = load_node_view_fd(
-                        opened.fd, opened.realpath, site_path, run.node, cache_fd
+                        opened.fd,
+                        opened.realpath,
+                        site_path,
+                        run.node,
+                        cache_fd,
+                        lambda: _open_compiled(site_path),
                     )
                 finally:
                     if cache_fd is not None:
@@ -244,6 +249,15 @@ def _open_cache(path: Path, notes: list[str]) -> int | None:
         notes.append(f"cache not used: {one_line(exc)}")
         return None
     return fd
+
+
+def _open_compiled(site_path: Path) -> int | None:
+    """The compiled node map beside the site file (``site validate --compile``), checked as
+    the site file is; None when there is none or it is not trusted (the YAML is read)."""
+    try:
+        return open_trusted(compiled_path(site_path)).fd
+    except ClusterjobError:
+        return None
 
 
 def _lost_report(node: str, exc: NvmlError) -> PreflightReport:

@@ -4,7 +4,9 @@ The Prolog runs before every job on every node, so its cost is paid thousands of
 a day. On a cache hit this module uses the standard library only (no ruamel, no hostlist):
 one ``fstat`` of the open site file, one small JSON read. The cache entry is keyed by the
 site file's (realpath, device, inode, mtime_ns, size) and the node name, so editing the site
-file invalidates it. On a miss the full loader validates the file and the entry is rewritten
+file invalidates it. On a miss the compiled node map beside the site file answers when it
+was built from the very text opened (``site validate --compile``: every node's entry, for
+large sites), else the full loader validates the file; the entry is then rewritten
 atomically. The cache directory must be writable only by the Prolog's user (root): an
 entry not owned by us, or writable by others, is ignored.
 """
@@ -16,7 +18,7 @@ import json
 import os
 import stat
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,24 +90,25 @@ def _cache_file(cache_dir: Path, realpath: str, node: str) -> Path:
 
 def _to_json(view: NodeView, key: list[Any]) -> str:
     return json.dumps(
-        {
-            "format": CACHE_FORMAT,
-            "key": key,
-            "node": view.node,
-            "site": view.site,
-            "gpus": None if view.gpus is None else [_slot_json(g) for g in view.gpus],
-            "models": {k: list(v) for k, v in view.models.items()},
-            "gres_types": dict(view.gres_types),
-            "prolog": {
-                "on_error": view.prolog.on_error.value,
-                "deadline_seconds": view.prolog.deadline_seconds,
-                "log_path": view.prolog.log_path,
-            },
-            "checks": _policy_json(view.checks),
-            "partition_checks": {k: _policy_json(v) for k, v in view.partition_checks.items()},
-        },
-        separators=(",", ":"),
+        {"format": CACHE_FORMAT, "key": key, **_view_dict(view)}, separators=(",", ":")
     )
+
+
+def _view_dict(view: NodeView) -> dict[str, Any]:
+    return {
+        "node": view.node,
+        "site": view.site,
+        "gpus": None if view.gpus is None else [_slot_json(g) for g in view.gpus],
+        "models": {k: list(v) for k, v in view.models.items()},
+        "gres_types": dict(view.gres_types),
+        "prolog": {
+            "on_error": view.prolog.on_error.value,
+            "deadline_seconds": view.prolog.deadline_seconds,
+            "log_path": view.prolog.log_path,
+        },
+        "checks": _policy_json(view.checks),
+        "partition_checks": {k: _policy_json(v) for k, v in view.partition_checks.items()},
+    }
 
 
 def _slot_json(g: NodeGpu) -> list[Any]:
@@ -159,6 +162,61 @@ def _from_json(data: dict[str, Any], source: Path) -> NodeView:
         checks=_policy(data["checks"]),
         partition_checks={k: _policy(v) for k, v in data["partition_checks"].items()},
     )
+
+
+# -- the compiled node map: every node's view, beside the site file ---------------------------
+
+COMPILED_SUFFIX = ".nodes.json"  # site.yaml -> site.yaml.nodes.json
+
+
+def compiled_path(site_file: Path) -> Path:
+    return site_file.with_name(site_file.name + COMPILED_SUFFIX)
+
+
+def compile_node_views(site: Site, text: bytes) -> str:
+    """Every node's view of ``site`` (whose file holds ``text``), for the Prolog's first run
+    on a node: ``clusterjob site validate --compile`` writes it beside the site file. A node
+    in no entry gets the ``absent`` view. Valid only for the very text it was built from."""
+    import hashlib  # not on the Prolog's warm path
+
+    named = set(site.node_map.nodes)
+    for partition in site.partitions:
+        named.update(partition.node_names)
+    views = {n: _view_dict(view_from_site(site, n)) for n in sorted(named)}
+    absent = _view_dict(view_from_site(site, "\0"))
+    return json.dumps(
+        {
+            "format": CACHE_FORMAT,
+            "sha256": hashlib.sha256(text).hexdigest(),
+            "views": views,
+            "absent": absent,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _read_compiled(fd: int, site_fd: int, node: str, source: Path) -> NodeView | None:
+    """This node's view from the compiled file open on ``fd`` when it was built from the
+    site text open on ``site_fd``; None (the loader then reads the YAML) otherwise."""
+    import hashlib  # not on the Prolog's warm path
+
+    try:
+        size = os.fstat(site_fd).st_size
+        if size > 64 * 1024 * 1024:
+            return None
+        text = os.pread(site_fd, size + 1, 0)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = json.load(fh)
+        if data.get("format") != CACHE_FORMAT:
+            return None
+        if data.get("sha256") != hashlib.sha256(text).hexdigest():
+            return None  # built from another version of the site file
+        view = data["views"].get(node)
+        if view is None:
+            view = dict(data["absent"], node=node)
+        return _from_json(view, source)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # a torn or foreign file: read the YAML
 
 
 def _read_cache(name: str, key: list[Any], node: str, source: Path, dir_fd: int) -> NodeView | None:
@@ -228,10 +286,17 @@ def load_node_view(path: Path, node: str, cache_dir: Path | None = None) -> Node
 
 
 def load_node_view_fd(
-    fd: int, realpath: str, path: Path, node: str, cache_dir_fd: int | None
+    fd: int,
+    realpath: str,
+    path: Path,
+    node: str,
+    cache_dir_fd: int | None,
+    open_compiled: Callable[[], int | None] | None = None,
 ) -> NodeView:
     """This node's view of the site open on ``fd``; the cache is the directory on
-    ``cache_dir_fd`` (None: no cache).
+    ``cache_dir_fd`` (None: no cache); on a miss, the compiled node map ``open_compiled``
+    opens (the caller checks it as it checked the site file; None: there is none) answers
+    if it was built from this very text, else the YAML is read.
 
     The cache key is the open file's identity (device, inode, size, mtime) and ``realpath``,
     so an entry can only answer for the very file the caller opened and checked.
@@ -246,9 +311,17 @@ def load_node_view_fd(
         hit = _read_cache(name, key, node, path, cache_dir_fd)
         if hit is not None:
             return hit
-    from clusterjob.site.loader import load_site  # the slow path: ruamel, hostlist
+    view = None
+    compiled_fd = open_compiled() if open_compiled is not None else None
+    if compiled_fd is not None:
+        try:
+            view = _read_compiled(compiled_fd, fd, node, path)
+        finally:
+            os.close(compiled_fd)
+    if view is None:
+        from clusterjob.site.loader import load_site  # the slow path: ruamel, hostlist
 
-    view = view_from_site(load_site(path, fd), node, source=path)
+        view = view_from_site(load_site(path, fd), node, source=path)
     if cache_dir_fd is not None and os.fstat(fd).st_mtime_ns == st.st_mtime_ns:
         _write_cache(name, _to_json(view, key), cache_dir_fd)
     return view
