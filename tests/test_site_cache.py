@@ -84,3 +84,11 @@ def test_a_site_whose_template_dir_is_gone_is_refused_again(tmp_path: Path) -> N
     templates.rmdir()
     with pytest.raises(ConfigError, match="not a directory"):
         load_site(path)
+
+
+def test_an_edit_replaces_the_entry(tmp_path: Path) -> None:
+    path = _site(tmp_path)
+    load_site(path)
+    path.write_text(SITE.replace("site: mllab", "site: other", 1))
+    assert load_site(path).name == "other"
+    assert len(_entries()) == 1

@@ -40,7 +40,8 @@ def load_site(path: Path) -> Site:
     key = _key(Path(path)) if directory is not None else None
     entry = None
     if directory is not None and key is not None:
-        entry = directory / f"{zlib.crc32(repr(key).encode()):08x}.pickle"
+        # one entry per site file (as named): an edit replaces it, never adds another
+        entry = directory / f"{zlib.crc32(repr(key[1:3]).encode()):08x}.pickle"
         cached = _read(entry, key)
         if cached is not None:
             return cached
