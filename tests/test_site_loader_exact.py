@@ -610,3 +610,144 @@ def test_integers_refused(tmp_path: Path, text: str, said: str) -> None:
     old = 'nvml_names: ["NVIDIA A100-SXM4-80GB"]}'
     text = BASE.replace(old, old[:-1] + f", memory_gb: {text}}}")
     assert issues_of(tmp_path, text) == [f"4: models.A100.memory_gb: {said}"]
+
+
+# -- QoS by time and model groups -------------------------------------------------------------
+
+TWO_MODELS = BASE.replace(
+    '  A100: {gres_type: a100, nvml_names: ["NVIDIA A100-SXM4-80GB"]}\n',
+    '  A100: {gres_type: a100, nvml_names: ["NVIDIA A100-SXM4-80GB"]}\n'
+    '  V100: {gres_type: v100, nvml_names: ["Tesla V100"]}\n',
+)
+GROUP = "model_groups:\n  any: {models: [A100, V100]}\n"
+UNTYPED = TWO_MODELS.replace("type_required: true", "type_required: false")
+GRES_CONSTRAINT = TWO_MODELS.replace("syntax: gres,", "syntax: gres+constraint,")
+SHORTEST_FIRST = (
+    "max_time: list the QoS shortest first: the first whose max_time holds the job is taken"
+)
+
+
+def qos_rules(*rules: str) -> str:
+    return BASE + "defaults:\n  qos_by_time:\n" + "".join(f"    - {r}\n" for r in rules)
+
+
+def test_qos_by_time_rules_in_order(tmp_path: Path) -> None:
+    text = qos_rules(
+        '{max_time: "1:00:00", qos: dev}',
+        '{max_time: "20:00:00", qos: t3}',
+        "{max_time: UNLIMITED, qos: t4}",
+    )
+    rules = loaded(tmp_path, text).defaults.qos_by_time
+    assert [(r.max_time, r.qos) for r in rules] == [
+        ("1:00:00", "dev"),
+        ("20:00:00", "t3"),
+        ("UNLIMITED", "t4"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            BASE + "defaults: {qos_by_time: 3}\n",
+            [
+                "10: defaults.qos_by_time: expected a list of {max_time, qos} entries, shortest "
+                "first, got 3"
+            ],
+        ),
+        (
+            BASE + "defaults: {qos_by_time: [x]}\n",
+            ["10: defaults.qos_by_time[0]: expected a mapping, got 'x'"],
+        ),
+        (
+            qos_rules("{max_time: soon, qos: dev}"),
+            ["12: defaults.qos_by_time[0].max_time: not a Slurm time: 'soon' (e.g. 2:00:00)"],
+        ),
+        (
+            qos_rules('{max_time: "1:00:00"}'),
+            ["12: defaults.qos_by_time[0].qos: required key missing"],
+        ),
+        (
+            qos_rules("{max_time: 60, qos: dev}"),
+            [
+                "12: defaults.qos_by_time[0].max_time: expected a string, got 60 "
+                '(write "60" for text)'
+            ],
+        ),
+        (
+            qos_rules('{max_time: "1:00:00", qos: a}', '{max_time: "60", qos: b}'),
+            [f"13: defaults.qos_by_time[1].{SHORTEST_FIRST}"],
+        ),
+        (
+            qos_rules("{max_time: UNLIMITED, qos: a}", '{max_time: "60", qos: b}'),
+            [f"13: defaults.qos_by_time[1].{SHORTEST_FIRST}"],
+        ),
+        (
+            qos_rules(
+                '{max_time: "2:00:00", qos: a}',
+                '{max_time: "1:00:00", qos: b}',
+                '{max_time: "3:00:00", qos: c}',
+                '{max_time: "2:30:00", qos: d}',
+            ),
+            [
+                f"13: defaults.qos_by_time[1].{SHORTEST_FIRST}",
+                f"15: defaults.qos_by_time[3].{SHORTEST_FIRST}",
+            ],
+        ),
+        (
+            TWO_MODELS + GROUP,
+            [
+                "12: model_groups.any.models: the models' GRES types differ and this site "
+                "requires one in every request: a group is asked for by one shared type or by "
+                "node features"
+            ],
+        ),
+        (
+            UNTYPED + GROUP,
+            [
+                "12: model_groups.any.models: the models share no GRES type and not every one "
+                "has a constraint: the group cannot be asked for as one request"
+            ],
+        ),
+        (
+            GRES_CONSTRAINT.replace("a100, nvml", "a100, constraint: fa, nvml") + GROUP,
+            [
+                "5: models.V100.constraint: required when gpu_request.syntax is gres+constraint",
+                "12: model_groups.any.models: the models share no GRES type and not every one "
+                "has a constraint: the group cannot be asked for as one request",
+            ],
+        ),
+        (
+            GRES_CONSTRAINT.replace("type_required: true", "type_required: false")
+            .replace("v100, nvml", "a100, nvml")
+            .replace("a100, nvml", "a100, constraint: fa, nvml", 1)
+            + GROUP,
+            [
+                "5: models.V100.constraint: required when gpu_request.syntax is gres+constraint",
+                "5: warning: models.V100.gres_type: GRES type 'a100' is also the type of model "
+                "A100: Slurm cannot tell these models apart",
+                "12: model_groups.any.models: with gres+constraint every model of a group needs "
+                "its constraint",
+            ],
+        ),
+    ],
+)
+def test_qos_rules_and_model_groups_refused(tmp_path: Path, text: str, expected: list[str]) -> None:
+    assert issues_of(tmp_path, text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        UNTYPED.replace("a100, nvml", "a100, constraint: fa, nvml").replace(
+            "v100, nvml", "v100, constraint: fv, nvml"
+        )
+        + GROUP,
+        GRES_CONSTRAINT.replace("a100, nvml", "a100, constraint: fa, nvml").replace(
+            "v100, nvml", "v100, constraint: fv, nvml"
+        )
+        + GROUP,
+    ],
+)
+def test_model_groups_that_can_be_asked_for(tmp_path: Path, text: str) -> None:
+    loaded(tmp_path, text)
