@@ -294,3 +294,32 @@ def test_the_deadline(override: float | None, configured: float | None, deadline
         run.policy = replace(prolog.DEFAULT_POLICY, deadline_seconds=configured)
     assert run.deadline == deadline
     assert deadline - 1 < run.remaining() <= deadline
+
+
+def test_the_log_is_made_readable_by_root_and_its_group_only(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert node.run() == 0
+    assert node.log.stat().st_mode & 0o777 == 0o640
+    assert node.run() == 0
+    assert [r["outcome"] for r in node.logged()] == ["ok", "ok"]  # appended, not replaced
+
+
+def test_the_jobs_partition_chooses_the_check_policy(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The suspect partition lowers model-mismatch to a warning: its jobs still run there."""
+    text = node.site.read_text().replace(
+        '  suspect:\n    nodes: "gpu3"\n',
+        '  suspect:\n    nodes: "gpu3"\n    checks: {severity: {model-mismatch: warning}}\n',
+    )
+    node.site.write_text(text)
+    node.answer = inventory(A100, A100, V100, A100)
+    assert node.run({"SLURMD_NODENAME": "gpu3", "SLURM_JOB_PARTITION": "suspect"}) == 0
+    assert lines(capsys) == [
+        "clusterjob prolog: warning: model-mismatch: " + SLOT_3.replace("gpu1:", "gpu3:")
+    ]
+    assert node.run({"SLURMD_NODENAME": "gpu3", "SLURM_JOB_PARTITION": "gpu"}) == 1
+    assert lines(capsys) == [
+        "clusterjob prolog: model-mismatch: " + SLOT_3.replace("gpu1:", "gpu3:")
+    ]
