@@ -154,6 +154,7 @@ print(
 )
 EOF
   tail -1 "$RESULTS" >&2
+  "$PY" "$ROOT/scripts/mutation_table.py" "$RESULTS"  # the latest run of each target, on top
   rm -rf "$scratch"
   trap - EXIT
 done
