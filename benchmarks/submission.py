@@ -17,11 +17,15 @@ from pathlib import Path
 
 from benchmarks.common import REFERENCE, REFERENCE_NAME, Result, clusterjob_command, median
 from benchmarks.slurm_load import count_calls, wrap_clients
+from clusterjob.sandbox.cluster import resolve_state_dir
+from clusterjob.sandbox.config import Layout
 
 TARGET_RATIO = 1.5
 SWEEP_TASKS = 200
 DATA = "CLUSTERJOB_DATA_DIR"
-SANDBOX_SITE = "/var/lib/clusterjob-sandbox/site.yaml"
+# The local sandbox's site: the one CLUSTERJOB_SANDBOX_DIR names (each Slurm release's
+# sandbox has its own state dir), else the default.
+SANDBOX_SITE = str(Layout(resolve_state_dir()).site_yaml)
 
 
 def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:

@@ -15,12 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from clusterjob.sandbox.cluster import resolve_state_dir
+from clusterjob.sandbox.config import Layout
+
 # benchmarks/ sits beside the package, not in it: importable from the repository root only
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.__main__ import main  # noqa: E402
 
-SANDBOX_CONF = "/var/lib/clusterjob-sandbox/slurm.conf"
+# The sandbox CLUSTERJOB_SANDBOX_DIR names (each Slurm release's has its own), else the default.
+SANDBOX_CONF = str(Layout(resolve_state_dir()).slurm_conf)
 
 
 def _slurm_up() -> bool:
