@@ -31,8 +31,9 @@ Say = Callable[[str], None]
 # The root file systems (one folder per suite) and the build logs; kept between runs.
 DEFAULT_ROOTS_DIR = Path("/var/cache/clusterjob-sandbox")
 MIRROR = "http://deb.debian.org/debian"
-# What the sandbox needs inside (host.PACKAGES' names), a Python for clusterjob, and
-# libslurm-dev for the SPANK stand-in of the --container-image test.
+# What the sandbox needs inside (host.PACKAGES' names), a Python for clusterjob, and what
+# scripts/test.sh installs on the host for the tests: libslurm-dev (the SPANK stand-in of the
+# --container-image test), OpenSSH and rsync (the --host tests' own sshd).
 ROOT_PACKAGES = (
     "slurm-wlm",
     "slurmdbd",
@@ -49,6 +50,9 @@ ROOT_PACKAGES = (
     "procps",
     "passwd",
     "libslurm-dev",
+    "openssh-server",
+    "openssh-client",
+    "rsync",
 )
 # sid's Release file on some mirrors is past its Valid-Until date.
 APT_OPTIONS = ('Acquire::Check-Valid-Until "false"',)
