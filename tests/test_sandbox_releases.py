@@ -164,3 +164,19 @@ def test_exec_into_a_release_that_is_not_up_says_how_to_start_it(tmp_path: Path)
         f"clusterjob: error: the Slurm {other} sandbox is not up: "
         f"clusterjob sandbox up --slurm {other}"
     ]
+
+
+def test_how_the_host_reaches_the_registries_is_passed_on_where_it_exists_inside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rel = _fake_root(tmp_path)
+    bundle = rel.inside(Path("/etc/ssl/certs/bundle.crt"))
+    bundle.parent.mkdir(parents=True)
+    bundle.write_text("")
+    monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/certs/bundle.crt")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/host/only/bundle.crt")  # not inside: left out
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    env = releases.inside_env(rel)
+    assert env["SSL_CERT_FILE"] == "/etc/ssl/certs/bundle.crt"
+    assert "REQUESTS_CA_BUNDLE" not in env
+    assert env["https_proxy"] == "http://proxy.example:3128"

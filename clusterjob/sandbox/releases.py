@@ -33,7 +33,7 @@ DEFAULT_ROOTS_DIR = Path("/var/cache/clusterjob-sandbox")
 MIRROR = "http://deb.debian.org/debian"
 # What the sandbox needs inside (host.PACKAGES' names), a Python for clusterjob, and what
 # scripts/test.sh installs on the host for the tests: libslurm-dev (the SPANK stand-in of the
-# --container-image test), OpenSSH and rsync (the --host tests' own sshd).
+# --container-image test), git, OpenSSH and rsync (the --host tests' own sshd).
 ROOT_PACKAGES = (
     "slurm-wlm",
     "slurmdbd",
@@ -50,6 +50,7 @@ ROOT_PACKAGES = (
     "procps",
     "passwd",
     "libslurm-dev",
+    "git",
     "openssh-server",
     "openssh-client",
     "rsync",
@@ -286,15 +287,38 @@ def unmount(rel: Release) -> list[Path]:
 # --- running inside ----------------------------------------------------------------------------
 
 
+# How this machine reaches the package registries (its CA bundle, a proxy): pip, pipx and uv
+# inside need the same. A path is passed on only where it exists inside the root too.
+NETWORK_ENV = frozenset(
+    {
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+    }
+)
+
+
 def inside_env(rel: Release, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """A clean environment for a command inside: the venv first on PATH, the sandbox's
     clients (SLURM_CONF, CLUSTERJOB_SITE, CLUSTERJOB_SANDBOX_DIR); CLUSTERJOB_* and TERM of
-    the caller carried over."""
+    the caller carried over, and how it reaches the package registries (``NETWORK_ENV``)."""
     from clusterjob.sandbox import cluster
 
     env = {"PATH": PATH_INSIDE, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root"}
     for name, value in os.environ.items():
-        if name.startswith("CLUSTERJOB_") or name in ("TERM", "COLUMNS"):
+        own = name.startswith("CLUSTERJOB_") or name in ("TERM", "COLUMNS")
+        network = name in NETWORK_ENV and (
+            not value.startswith("/") or rel.inside(Path(value)).exists()
+        )
+        if own or network:
             env[name] = value
     env.update(cluster.client_env(rel.state_dir))
     env[envvars.SANDBOX_DIR] = str(rel.state_dir)
