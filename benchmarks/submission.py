@@ -150,32 +150,46 @@ def sweep(
                 times[label].append(time.perf_counter() - start)
                 if done.returncode != 0:
                     raise RuntimeError(f"{label} failed ({done.returncode}): {done.stderr}")
-        big = ",".join(str(i) for i in range(1_000))
-        data = dict(env, CLUSTERJOB_DATA_DIR=str(work / "sweep-status-data"))
-        subprocess.run([*swept[:-1], f"i={big}"], env=data, capture_output=True, check=True)
-        count_calls(log)
-        status = [*clusterjob_command(), "status"]
-        subprocess.run(status, env=dict(counted, **{DATA: data[DATA]}), capture_output=True)
-        status_calls = count_calls(log)
+        ours, theirs = median(times["sweep"]), median(times["array"])
+        note = f"median of {rounds}"
+        result.add("plain sbatch of the array script", theirs * 1000, "ms", note=note)
+        result.compared(
+            f"clusterjob submit --sweep, {tasks} tasks (one array job)",
+            ours,
+            "plain sbatch of the array script",
+            theirs,
+            TARGET_RATIO,
+            note=f"{note}, interleaved; {ours / tasks * 1000:.2f} ms per task",
+        )
+        _status_of_a_big_sweep(result, work, swept, counted, log)
     finally:
         subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
-    ours, theirs = median(times["sweep"]), median(times["array"])
-    result.add("plain sbatch of the array script", theirs * 1000, "ms", note=f"median of {rounds}")
-    result.compared(
-        f"clusterjob submit --sweep, {tasks} tasks (one array job)",
-        ours,
-        "plain sbatch of the array script",
-        theirs,
-        TARGET_RATIO,
-        note=f"median of {rounds}, interleaved; {ours / tasks * 1000:.2f} ms per task",
-    )
-    slurm = sum(status_calls.get(c, 0) for c in ("squeue", "sacct", "scontrol"))
+    result.notes.append(f"sweeps cancelled by name {name}")
+
+
+def _status_of_a_big_sweep(
+    result: Result, work: Path, swept: list[str], counted: dict[str, str], log: Path
+) -> None:
+    """One ``status`` over a 1,000-task sweep: its Slurm calls."""
+    big = ",".join(str(i) for i in range(1_000))
+    env = dict(counted, **{DATA: str(work / "sweep-status-data")})
+    for _ in range(3):  # a busy controller may refuse a moment (exit 4): ask again
+        done = subprocess.run([*swept[:-1], f"i={big}"], env=env, capture_output=True, text=True)
+        if done.returncode == 0:
+            break
+        time.sleep(2)
+    else:
+        result.notes.append(f"1,000-task sweep not submitted: {done.stderr.strip()[-200:]}")
+        return
+    count_calls(log)
+    subprocess.run([*clusterjob_command(), "status"], env=env, capture_output=True)
+    calls = count_calls(log)
+    slurm = sum(calls.get(c, 0) for c in ("squeue", "sacct", "scontrol"))
     result.add(
         "Slurm calls, one `status` of a 1,000-task sweep",
         slurm,
         "calls",
         target="<= 2",
         met=slurm <= 2,
-        note=", ".join(f"{k} {v}" for k, v in sorted(status_calls.items())),
+        note=", ".join(f"{k} {v}" for k, v in sorted(calls.items())),
     )
-    result.notes.append(f"sweeps cancelled by name {name}")
