@@ -1012,3 +1012,47 @@ def test_a_cpu_only_jobs_exclude_must_be_a_hostlist() -> None:
 def test_a_constraint_with_capital_letters_is_joined() -> None:
     job = resolved(CONSTRAINT_SITE, model="A100", constraint="XL")
     assert job.gres.options == ("--gres=gpu:1", "--constraint=a100&XL")
+
+
+# -- the QoS as the queue, accounts, the job name --------------------------------------------
+
+QOS_QUEUE_SITE = replace(
+    GRES_SITE,
+    partitions=tuple(
+        replace(p, submit_as="qos") if p.name == "debug" else p for p in GRES_SITE.partitions
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("kw", "partition", "qos"),
+    [
+        (dict(qos="debug"), "debug", "debug"),  # --qos names the queue: it picks the partition
+        (dict(partition="debug"), "debug", "debug"),
+        (dict(qos="gpu"), "gpu", "gpu"),  # a plain partition: the QoS is only the QoS
+        (dict(), "gpu", "normal"),
+    ],
+)
+def test_where_the_qos_is_the_queue(kw: dict, partition: str, qos: str) -> None:
+    job = resolved(QOS_QUEUE_SITE, model="V100", **kw)
+    assert (job.partition.name, job.qos) == (partition, qos)
+
+
+def test_a_qos_that_contradicts_the_queue() -> None:
+    assert refusal(QOS_QUEUE_SITE, model="V100", partition="debug", qos="other") == (
+        "at site mllab the QoS is the queue: --qos other and partition debug contradict each "
+        "other (give one)"
+    )
+
+
+def test_account_and_project_exclude_each_other() -> None:
+    assert refusal(model="A100", account="x", project="p") == (
+        "--account and --project exclude each other: --account is used as given"
+    )
+
+
+def test_a_script_name_that_cannot_be_a_job_name() -> None:
+    assert refusal(script="a\nb.py", model="A100") == (
+        "line break in the job name is not allowed: 'a\\nb' (an #SBATCH directive must fit on "
+        "one line)"
+    )
