@@ -17,7 +17,7 @@ from test_checks_mig import MAP, migs, sliced
 from test_render_golden import assert_golden
 
 from clusterjob.gpu.inventory import GpuProcess, MigDevice
-from clusterjob.node.allocation import Context, allocation_from_env
+from clusterjob.node.allocation import Allocation, Context, allocation_from_env
 from clusterjob.node.report import render_table, summary_line
 from clusterjob.site.model import NodeGpu
 
@@ -144,6 +144,18 @@ MORE: dict[str, dict[str, object]] = {
         "allocation": allocation_from_env({}, Context.JOB),
         "context": Context.JOB,
         "expect_count": 2,
+    },
+    "a slice given by GRES index that NVML does not list": {
+        "node_map": MAP,
+        "models": {"A100": (A100,), **SLICE_MODELS},
+        "inventory": sliced(migs("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb", first_gi=2)),
+        "allocation": Allocation(slots=(0,), source="SLURM_JOB_GPUS"),
+        "context": Context.JOB,
+    },
+    "a driver that supports CUDA 12.0 where 12.1 is the minimum": {
+        "node_map": MIXED_MAP,
+        "inventory": replace(MIXED_INV, cuda_driver_version=12000),
+        "cuda_min": "12.1",
     },
     "GPU variables that cannot be read": job(
         {"SLURM_JOB_GPUS": "0,x", "CUDA_VISIBLE_DEVICES": "0,1"}
