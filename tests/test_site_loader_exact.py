@@ -9,12 +9,13 @@ loader's own messages are held by in-process tests too).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from test_bad_input import SITE_CASES, SITES
 
-from clusterjob.site.loader import validate_site_file
+from clusterjob.site.loader import load_site, validate_site_file
 from clusterjob.site.model import CheckPolicy, JobEnvironment, OnError, PrologPolicy
 
 BASE = (SITES / "ok.yaml").read_text()
@@ -751,3 +752,105 @@ def test_qos_rules_and_model_groups_refused(tmp_path: Path, text: str, expected:
 )
 def test_model_groups_that_can_be_asked_for(tmp_path: Path, text: str) -> None:
     loaded(tmp_path, text)
+
+
+# -- YAML errors, UUIDs, bus order, partitions, reading from a descriptor -----------------------
+
+ONE_ENTRY = '  - nodes: "n[1-2]"\n    gpus: [{model: A100, bus_id: "0000:07:00.0"}]\n'
+GPU_PARTITION = '  gpu: {nodes: "n[1-2]", default: true}\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            BASE + "extra: a: b\n",
+            [(10, "", "YAML syntax error: mapping values are not allowed here")],
+        ),
+        (
+            BASE + 'checks: {driver_min: "1",\n  cuda_min: "12.4"\nprolog: {}\n',
+            [
+                (
+                    12,
+                    "",
+                    "YAML syntax error: while parsing a flow mapping (started at line 10): "
+                    "expected ',' or '}', but got '<scalar>'",
+                )
+            ],
+        ),
+        (
+            BASE.replace(
+                ONE_ENTRY,
+                '  - nodes: "n1"\n    gpus: [{model: A100, uuid: "GPU-aaaa"}]\n'
+                '  - nodes: "n2"\n    gpus: [{model: A100, uuid: "GPU-aaaa"}]\n',
+            ),
+            [(11, "node_map[1].gpus[0].uuid", "UUID GPU-aaaa is already given to n1 slot 0")],
+        ),
+        (
+            BASE.replace(
+                ONE_ENTRY,
+                '  - nodes: "n1"\n'
+                '    gpus: [{model: A100, uuid: "GPU-aaaa"}, {model: A100, uuid: "GPU-aaaa"}]\n'
+                '  - nodes: "n2"\n    gpus: [{model: A100}]\n',
+            ),
+            [(9, "node_map[0].gpus[1].uuid", "UUID GPU-aaaa is already given to n1 slot 0")],
+        ),
+        (
+            BASE.replace(
+                '{model: A100, bus_id: "0000:07:00.0"}',
+                '{model: A100, bus_id: "0000:0b:00.0"}, {model: A100, bus_id: "0000:07:00.0"}, '
+                '{model: A100, bus_id: "0000:07:00.0"}',
+            ),
+            [
+                (
+                    9,
+                    "node_map[0].gpus[1].bus_id",
+                    "GPUs must be listed in PCI bus order: 0000:07:00.0 comes before "
+                    "0000:0b:00.0 (slot 0)",
+                ),
+                (
+                    9,
+                    "node_map[0].gpus[2].bus_id",
+                    "bus ID 0000:07:00.0 is already used by slot 1 of this node",
+                ),
+            ],
+        ),
+        (
+            BASE.replace(GPU_PARTITION, '  gpu: {nodes: "n[1-", default: true}\n'),
+            [(6, "partitions.gpu.nodes", "bad hostlist 'n[1-': unbalanced brackets")],
+        ),
+        (
+            BASE.replace(GPU_PARTITION, '  gpu: {nodes: "n[1-2]", default: true, time_limit: 5}\n'),
+            [(6, "partitions.gpu.time_limit", 'expected a string, got 5 (write "5" for text)')],
+        ),
+        (
+            BASE.replace(GPU_PARTITION, "  a: 3\n" + GPU_PARTITION + "  b: [1]\n"),
+            [
+                (6, "partitions.a", "expected a mapping, got 3"),
+                (8, "partitions.b", "expected a mapping, got a list"),
+            ],
+        ),
+    ],
+)
+def test_issues_with_their_line_and_key_path(
+    tmp_path: Path, text: str, expected: list[tuple[int, str, str]]
+) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    site, issues = validate_site_file(path)
+    assert site is None
+    assert [(i.file, i.line, i.key_path, i.message) for i in issues] == [
+        (str(path), *e) for e in expected
+    ]
+
+
+def test_a_site_is_read_from_the_descriptor_given(tmp_path: Path) -> None:
+    """The Prolog opens the file once, checks it, and has it read from that descriptor."""
+    real = tmp_path / "real.yaml"
+    real.write_text(BASE)
+    fd = os.open(real, os.O_RDONLY)
+    try:
+        site = load_site(tmp_path / "named.yaml", fd)
+    finally:
+        os.close(fd)
+    assert (site.name, site.source) == ("t", tmp_path / "named.yaml")
