@@ -220,5 +220,12 @@ def test_a_checkpointable_function_is_requeued_and_resumes(here: Path, sandbox: 
         assert time.monotonic() < deadline, f"job {job.id} never started: {job.state()}"
         time.sleep(0.5)
     sandbox.run("scancel", "--batch", "--signal=USR1", job.id)
+    deadline = time.monotonic() + 120
+    while "Restarts=1" not in sandbox.run("scontrol", "show", "job", job.id):
+        assert time.monotonic() < deadline, f"job {job.id} was not requeued: {job.state()}"
+        time.sleep(1)
+    # Slurm makes a requeued job wait about two minutes before it is eligible again; what is
+    # under test is that the next attempt resumes the saved callable, so let it start now.
+    sandbox.run("scontrol", "update", f"JobId={job.id}", "StartTime=now")
     assert job.result(timeout=300) == 2  # the second attempt, of the saved callable
     assert "checkpointing" in job.logs() and "resumes from its checkpoint" in job.logs()
