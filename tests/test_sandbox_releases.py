@@ -180,3 +180,24 @@ def test_how_the_host_reaches_the_registries_is_passed_on_where_it_exists_inside
     assert env["SSL_CERT_FILE"] == "/etc/ssl/certs/bundle.crt"
     assert "REQUESTS_CA_BUNDLE" not in env
     assert env["https_proxy"] == "http://proxy.example:3128"
+
+
+def test_a_state_dir_kept_across_a_rebuilt_root_is_given_back_to_its_daemons(
+    tmp_path: Path,
+) -> None:
+    """A rebuilt root may give mysql and munge other ids; their files in the kept state
+    directory follow (MariaDB refused to start on its own data files otherwise)."""
+    import pwd
+
+    from clusterjob.sandbox.config import Layout
+
+    layout = Layout(tmp_path / "state")
+    data = layout.mariadb_dir / "ibdata1"
+    data.parent.mkdir(parents=True)
+    data.write_text("")
+    for path in (layout.mariadb_dir, data):
+        os.chown(path, 54321, 54321)  # the ids of an earlier root
+    cluster._make_dirs(layout)
+    mysql = pwd.getpwnam(cluster.MYSQL_USER)
+    assert (data.stat().st_uid, data.stat().st_gid) == (mysql.pw_uid, mysql.pw_gid)
+    assert layout.mariadb_dir.stat().st_uid == mysql.pw_uid

@@ -9,6 +9,7 @@ detached, with pid files written by us, so ``down`` stops exactly what ``up`` st
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -222,14 +223,20 @@ def _make_dirs(layout: Layout) -> None:
         d.mkdir(parents=True, exist_ok=True)
         os.chown(d, 0, 0)
         d.chmod(0o755)
-    # Daemons that drop privileges own their own folders.
+    # Daemons that drop privileges own their own folders, and all that is in them: a Debian
+    # root rebuilt with other packages gives munge and mysql other ids, while the state
+    # directory of that release is kept (seen: MariaDB "ibdata1 must be writable").
     for d, user, mode in (
         (layout.munge_dir, MUNGE_USER, 0o755),
         (layout.mariadb_dir, MYSQL_USER, 0o700),
         (layout.mariadb_socket.parent, MYSQL_USER, 0o755),
     ):
         d.mkdir(parents=True, exist_ok=True)
-        shutil.chown(d, user, user)
+        owner = pwd.getpwnam(user)
+        if d.stat().st_uid != owner.pw_uid:
+            for path in d.rglob("*"):
+                os.chown(path, owner.pw_uid, owner.pw_gid, follow_symlinks=False)
+        os.chown(d, owner.pw_uid, owner.pw_gid)
         d.chmod(mode)
 
 
