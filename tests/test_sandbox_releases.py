@@ -195,8 +195,7 @@ def test_a_state_dir_kept_across_a_rebuilt_root_is_given_back_to_its_daemons(
     data = layout.mariadb_dir / "ibdata1"
     data.parent.mkdir(parents=True)
     data.write_text("")
-    for path in (layout.mariadb_dir, data):
-        os.chown(path, 54321, 54321)  # the ids of an earlier root
+    os.chown(data, 54321, 54321)  # the ids of an earlier root (the folder already given back)
     cluster._make_dirs(layout)
     mysql = pwd.getpwnam(cluster.MYSQL_USER)
     assert (data.stat().st_uid, data.stat().st_gid) == (mysql.pw_uid, mysql.pw_gid)

@@ -233,10 +233,9 @@ def _make_dirs(layout: Layout) -> None:
     ):
         d.mkdir(parents=True, exist_ok=True)
         owner = pwd.getpwnam(user)
-        if d.stat().st_uid != owner.pw_uid:
-            for path in d.rglob("*"):
+        for path in (d, *d.rglob("*")):  # a few hundred files at most
+            if path.lstat().st_uid != owner.pw_uid:
                 os.chown(path, owner.pw_uid, owner.pw_gid, follow_symlinks=False)
-        os.chown(d, owner.pw_uid, owner.pw_gid)
         d.chmod(mode)
 
 
