@@ -9,6 +9,7 @@ the log are real files in a tree root alone can write, as on a node.
 from __future__ import annotations
 
 import json
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +18,9 @@ import pytest
 from trusted_tree import trusted_tmp_dir
 
 from clusterjob import __version__
-from clusterjob.errors import NvmlError, NvmlErrorKind
+from clusterjob.errors import NvmlError, NvmlErrorKind, UsageError
 from clusterjob.gpu.inventory import Gpu, GpuInventory
-from clusterjob.node import prolog
+from clusterjob.node import preflight, prolog
 
 SITE = Path(__file__).parent / "fixtures" / "slurm" / "sandbox_site.yaml"
 A100, V100 = "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"
@@ -323,3 +324,108 @@ def test_the_jobs_partition_chooses_the_check_policy(
     assert lines(capsys) == [
         "clusterjob prolog: model-mismatch: " + SLOT_3.replace("gpu1:", "gpu3:")
     ]
+
+
+# -- the job-side preflight (clusterjob preflight), in this process ----------------------------
+
+
+class Reader:
+    """NVML's answer for ``run_preflight``, and the deadline it was asked to keep."""
+
+    def __init__(self, *names: str) -> None:
+        self.inventory = inventory(*names)
+        self.deadlines: list[float] = []
+
+    def __call__(self, deadline: float) -> GpuInventory:
+        self.deadlines.append(deadline)
+        return self.inventory
+
+
+def preflight_of(site: Path, environ: dict[str, str], **kw: object):
+    return preflight.run_preflight(site, "gpu1", environ, **kw)  # type: ignore[arg-type]
+
+
+def test_a_good_allocation_passes_the_preflight() -> None:
+    read = Reader(*AS_MAPPED)
+    env = {"SLURM_JOB_GPUS": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    report = preflight_of(SITE, env, expect_model="a100", expect_count=2, read=read)
+    assert report.findings == ()
+    assert report.ok
+    assert read.deadlines == [20.0]  # the site's prolog.deadline_seconds
+
+
+@pytest.mark.parametrize(
+    ("environ", "kw", "expected"),
+    [
+        (
+            {"SLURM_JOB_GPUS": "2"},
+            dict(expect_model="A100", expect_count=1),
+            [("alloc-model", "error")],
+        ),
+        ({"SLURM_JOB_GPUS": "0"}, dict(expect_count=2), [("alloc-count", "error")]),
+        (
+            {"SLURM_JOB_GPUS": "1,2"},
+            dict(),
+            [("cuda-order", "error")],  # mixed models, CUDA's order unset
+        ),
+        (
+            {"SLURM_JOB_GPUS": "2", "SLURM_JOB_PARTITION": "gpu"},
+            dict(expect_model="A100"),
+            [("alloc-model", "warning")],
+        ),
+    ],
+)
+def test_the_preflight_checks_what_the_job_asked_for(
+    tmp_path: Path, environ: dict[str, str], kw: dict, expected: list[tuple[str, str]]
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        SITE.read_text().replace(
+            '  gpu:\n    nodes: "gpu[1-2]"\n',
+            '  gpu:\n    nodes: "gpu[1-2]"\n    checks: {severity: {alloc-model: warning}}\n',
+        )
+    )
+    report = preflight_of(site, environ, read=Reader(*AS_MAPPED), **kw)
+    assert [(f.check_id, f.severity.value) for f in report.findings] == expected
+
+
+def test_the_preflight_finds_the_site_from_the_environment() -> None:
+    read = Reader(*AS_MAPPED)
+    report = preflight.run_preflight(
+        None, "gpu1", {"CLUSTERJOB_SITE": str(SITE), "SLURM_JOB_GPUS": "0"}, read=read
+    )
+    assert report.ok and read.deadlines == [20.0]
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(expect_model="P100"), "unknown GPU model 'P100' (site models: A100, H100, V100)"),
+        (dict(expect_count=-1), "expected GPU count must be >= 0, got -1"),
+    ],
+)
+def test_the_preflight_refuses_what_it_cannot_check(kw: dict, message: str) -> None:
+    read = Reader(*AS_MAPPED)
+    with pytest.raises(UsageError) as info:
+        preflight_of(SITE, {}, read=read, **kw)
+    assert str(info.value) == message
+    assert read.deadlines == []  # refused before NVML is read
+
+
+def test_the_preflight_reads_nvml_in_a_child_within_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[float, bool]] = []
+
+    def read_inventory(timeout: float, *, isolate: bool = False) -> GpuInventory:
+        calls.append((timeout, isolate))
+        return inventory()
+
+    monkeypatch.setattr(preflight, "read_inventory", read_inventory)
+    preflight.read_gpus(5.0)
+    preflight.read_gpus()
+    assert calls == [(5.0, True), (20.0, True)]
+
+
+def test_the_jobs_cpus_are_its_affinity() -> None:
+    assert preflight._job_cpus() == frozenset(os.sched_getaffinity(0))
