@@ -42,7 +42,7 @@ TARGETS=(
   "site-policy|clusterjob/site/jobpolicy.py|tests/test_site_policies.py tests/test_site_loader_exact.py tests/test_site_config.py"
   "node-checks|clusterjob/node/checks/identity.py clusterjob/node/checks/allocation.py clusterjob/node/checks/ordering.py clusterjob/node/checks/health.py|tests/test_checks.py tests/test_checks_exact.py tests/test_checks_allocation.py tests/test_checks_mig.py tests/test_core_regressions.py"
   "jobs-avail|clusterjob/jobs/avail.py|tests/test_avail.py tests/test_slurm_real.py tests/test_core_regressions.py"
-  "render|clusterjob/jobscript/render.py|tests/test_render.py tests/test_render_golden.py tests/test_security_render.py tests/test_site_policies.py tests/test_core_regressions.py"
+  "render|clusterjob/jobscript/render.py|tests/test_render_exact.py tests/test_render.py tests/test_render_golden.py tests/test_security_render.py tests/test_site_policies.py tests/test_core_regressions.py"
   "jobs|clusterjob/jobs/submit.py clusterjob/jobs/status.py clusterjob/jobs/logs.py|tests/test_jobs.py tests/test_jobs_lifecycle.py tests/test_security_registry.py tests/test_core_regressions.py"
   "prolog|clusterjob/node/prolog.py clusterjob/node/preflight.py|tests/test_prolog_exact.py tests/test_site_policies.py tests/test_core_regressions.py tests/test_checks.py tests/test_hooks.py tests/test_hooks_drain_reason.py tests/test_version_skew.py tests/test_job_environment.py"
 )
