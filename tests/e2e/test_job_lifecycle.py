@@ -241,10 +241,13 @@ def test_single_node_signal_and_requeue_keep_both_attempts(
 ) -> None:
     program = tmp_path / "ckpt.py"
     program.write_text(CHECKPOINTING)
-    proc = cj("submit", "--site", str(sandbox.site_path), "--parsable", str(program), "--gpus",
-              "1", "--model", "V100", "--time", "1", "--signal", "USR1@5", "--requeue")  # fmt: skip
+    proc = cj("submit", "--site", str(sandbox.site_path), "--parsable", str(program),
+              "--gpus", "1", "--model", "V100", "--time", "2", "--signal", "USR1@60",
+              "--requeue")  # fmt: skip
+    # slurmctld sends a job's signal from a periodic timer (not at the second): a minute of
+    # margin before the limit keeps a late signal from ending the job in TIMEOUT instead.
     assert proc.returncode == 0, proc.stderr
-    assert "sent as B:USR1@5" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert "sent as B:USR1@60" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     job = proc.stdout.strip()
     try:
         deadline = time.monotonic() + 150
