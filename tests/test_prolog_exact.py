@@ -429,3 +429,31 @@ def test_the_preflight_reads_nvml_in_a_child_within_the_deadline(
 
 def test_the_jobs_cpus_are_its_affinity() -> None:
     assert preflight._job_cpus() == frozenset(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    ("environ", "kw", "expected"),
+    [
+        ({"SLURM_JOB_GPUS": "1,2", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, dict(), []),
+        ({"SLURM_JOB_GPUS": ""}, dict(expect_count=0), []),
+    ],
+)
+def test_what_the_preflight_lets_pass(
+    environ: dict[str, str], kw: dict, expected: list[str]
+) -> None:
+    report = preflight_of(SITE, environ, read=Reader(*AS_MAPPED), **kw)
+    assert [f.check_id for f in report.findings] == expected
+
+
+@pytest.mark.parametrize(
+    ("checks", "expected"),
+    [('{cuda_min: "12.6"}', ["driver-version"]), ('{driver_min: "560"}', ["driver-version"])],
+)
+def test_the_preflight_applies_the_sites_driver_minimums(
+    tmp_path: Path, checks: str, expected: list[str]
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE.read_text() + f"checks: {checks}\n")
+    env = {"SLURM_JOB_GPUS": "0"}
+    report = preflight_of(site, env, read=Reader(*AS_MAPPED))
+    assert [f.check_id for f in report.findings] == expected
