@@ -156,3 +156,10 @@ def slurm_release(sandbox: Sandbox) -> str:
     release = cluster.slurm_release()
     assert release is not None, "no slurmd here"
     return release
+
+
+# A requeued job made to start at once can be refused by slurmd ("Job credential revoked",
+# seen on 24.11): the first attempt's credential is revoked at the requeue's second, and a new
+# one made in that same second counts as revoked too. A few seconds later is safe, and still
+# much sooner than the restart delay Slurm imposes (cred_expire, 120 s by default).
+REQUEUED_START = "StartTime=now+5"

@@ -21,7 +21,7 @@ from clusterjob.errors import JobFailed, JobTimeout, UsageError
 from clusterjob.sandbox import cluster as sandbox_cluster
 from clusterjob.slurm.runner import SlurmResult, subprocess_exec
 
-from .conftest import Sandbox
+from .conftest import REQUEUED_START, Sandbox
 
 pytestmark = pytest.mark.slurm
 
@@ -225,7 +225,7 @@ def test_a_checkpointable_function_is_requeued_and_resumes(here: Path, sandbox: 
         assert time.monotonic() < deadline, f"job {job.id} was not requeued: {job.state()}"
         time.sleep(1)
     # Slurm makes a requeued job wait about two minutes before it is eligible again; what is
-    # under test is that the next attempt resumes the saved callable, so let it start now.
-    sandbox.run("scontrol", "update", f"JobId={job.id}", "StartTime=now")
+    # under test is that the next attempt resumes the saved callable, so let it start sooner.
+    sandbox.run("scontrol", "update", f"JobId={job.id}", REQUEUED_START)
     assert job.result(timeout=300) == 2  # the second attempt, of the saved callable
     assert "checkpointing" in job.logs() and "resumes from its checkpoint" in job.logs()

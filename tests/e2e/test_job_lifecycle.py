@@ -31,7 +31,7 @@ from clusterjob.site.loader import load_site
 from clusterjob.slurm.commands import SlurmClient
 from clusterjob.slurm.runner import Runner
 
-from .conftest import Cli, Sandbox
+from .conftest import REQUEUED_START, Cli, Sandbox
 
 pytestmark = pytest.mark.slurm
 
@@ -241,13 +241,10 @@ def test_single_node_signal_and_requeue_keep_both_attempts(
 ) -> None:
     program = tmp_path / "ckpt.py"
     program.write_text(CHECKPOINTING)
-    proc = cj("submit", "--site", str(sandbox.site_path), "--parsable", str(program),
-              "--gpus", "1", "--model", "V100", "--time", "2", "--signal", "USR1@60",
-              "--requeue")  # fmt: skip
-    # slurmctld sends a job's signal from a periodic timer (not at the second): a minute of
-    # margin before the limit keeps a late signal from ending the job in TIMEOUT instead.
+    proc = cj("submit", "--site", str(sandbox.site_path), "--parsable", str(program), "--gpus",
+              "1", "--model", "V100", "--time", "1", "--signal", "USR1@5", "--requeue")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "sent as B:USR1@60" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert "sent as B:USR1@5" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     job = proc.stdout.strip()
     try:
         deadline = time.monotonic() + 150
@@ -260,8 +257,8 @@ def test_single_node_signal_and_requeue_keep_both_attempts(
         assert row["state"] == "PENDING" and row["restarts"] == 1, row
         assert row["explanation"].startswith("requeued (restart 1), eligible at "), row
         # Slurm makes a requeued job wait about two minutes; what is under test is that the
-        # second attempt appends to the same log, so let it start now.
-        sandbox.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        # second attempt appends to the same log, so let it start sooner.
+        sandbox.run("scontrol", "update", f"JobId={job}", REQUEUED_START)
         assert wait(cj, job, timeout=300).returncode == 0
         out = cj("logs", job).stdout
         assert "first attempt, working" in out and "got USR1" in out, out
