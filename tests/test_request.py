@@ -64,9 +64,7 @@ def make_site(
                 "gpu-a[01-12],gpu-v[01-04]",
                 default=True,
                 time_limit="2-00:00:00",
-                defaults=JobDefaults(
-                    account="ml", qos="normal", cpus_per_gpu=8, mem_per_gpu="64G"
-                ),
+                defaults=JobDefaults(account="ml", qos="normal", cpus_per_gpu=8, mem_per_gpu="64G"),
             ),
             partition("debug", "gpu-v[01-02]", time_limit="01:00:00"),
             partition("mixed", "mix01"),

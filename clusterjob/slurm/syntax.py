@@ -25,6 +25,7 @@ def sbatch_option_name(arg: str) -> str:
     head = arg.split("=", 1)[0].split(" ", 1)[0]
     return head[:2] if _SHORT_WITH_VALUE.fullmatch(head) else head
 
+
 # sbatch --time (Slurm's time_str2secs): every field any number of ASCII digits.
 _TIME_FORMS = (
     re.compile(r"(?P<m>[0-9]+)"),  # minutes
