@@ -63,6 +63,31 @@ def test_reference_pages_are_what_the_generator_writes() -> None:
     assert listed == set(gen.PAGES), f"pages no generator writes: {listed - set(gen.PAGES)}"
 
 
+def test_the_readme_lists_every_node_check_with_its_severity_reads_and_action() -> None:
+    """The README's node-check table is the generator's, and has a row per registered check
+    with its default severity, what it reads and what to do (none of them empty)."""
+    from clusterjob.node.checks import REGISTRY
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert gen.readme_with_checks(readme) == readme, (
+        "README.md's node checks differ from the registry: run python scripts/gen_reference.py"
+    )
+    block = readme[readme.index(gen.README_CHECKS_BEGIN) : readme.index(gen.README_CHECKS_END)]
+    rows = {
+        cells[0].strip("` "): [c.strip() for c in cells[1:]]
+        for cells in (line.strip("| ").split(" | ") for line in block.splitlines())
+        if cells[0].startswith("`")
+    }
+    assert list(rows) == list(dict.fromkeys(c.id for c in REGISTRY.checks))
+    firsts = {}
+    for check in REGISTRY.checks:  # an id registered twice shows its first default
+        firsts.setdefault(check.id, check)
+    for check in firsts.values():
+        severity, reads, action = rows[check.id]
+        assert severity == check.severity.value, check.id
+        assert reads and action, check.id
+
+
 def test_the_check_mode_names_a_stale_page(tmp_path: Path) -> None:
     """`--check` (what a contributor runs) fails on a page that differs from the code."""
     copy = tmp_path / "docs" / "reference"
