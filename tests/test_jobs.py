@@ -141,6 +141,25 @@ def test_an_end_sacct_has_not_recorded_yet_carries_scontrols_exit_code(
     assert (untracked.state, untracked.exit_code) == (state, code)
 
 
+def test_a_completing_jobs_partial_node_list_does_not_replace_the_recorded_one(data) -> None:
+    # Seen in a CI run: a two-node job polled while COMPLETING (squeue then names only the
+    # nodes still completing, "gpu1") kept that list, and `logs --node gpu2` said the job
+    # ran on gpu1 only.
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state="RUNNING", reason="None", nodes="gpu[1-2]")
+    track(registry, slurm, job_id)
+    status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert registry.get(job_id).nodes == "gpu[1-2]"
+    slurm.jobs[job_id].update(state="COMPLETING", nodes="gpu1")
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert row.state == "COMPLETING"
+    assert registry.get(job_id).nodes == "gpu[1-2]"
+    slurm.jobs[job_id].update(state="COMPLETED", nodes="gpu[1-2]", exit_code="0:0")
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (row.state, registry.get(job_id).nodes) == ("COMPLETED", "gpu[1-2]")
+
+
 def test_an_end_known_to_nobody_but_squeue_is_not_recorded_without_its_code(data) -> None:
     slurm = FakeSlurm()
     registry = Registry()

@@ -296,7 +296,10 @@ def status(
             exit_code = _ended_exit_code(client, q) if parse.is_final(q.state) else None
             stdout = _expand(q.stdout, q, record) if q.stdout else None
             stderr = _expand(q.stderr, q, record) if q.stderr else None
-            update = StateUpdate(record.token, q.cluster, q.state, q.reason, exit_code, q.nodes)
+            # squeue names only the nodes still completing while a job is COMPLETING: keep
+            # the whole node list recorded before (logs --node reads it once Slurm forgets).
+            nodes = None if q.state == "COMPLETING" else q.nodes
+            update = StateUpdate(record.token, q.cluster, q.state, q.reason, exit_code, nodes)
             if not (parse.is_final(q.state) and exit_code is None):
                 # A final state is recorded only with its exit code: the registry never asks
                 # Slurm about a finished job again, so the code could never be filled in.
