@@ -30,6 +30,7 @@ class FakeSlurm:
         self.forgotten: set[str] = set()  # ended longer than MinJobAge ago: sacct only
         self.unrecorded_end: set[str] = set()  # ended, slurmdbd not told yet: sacct says RUNNING
         self.forgotten_by_scontrol: set[str] = set()  # MinJobAge passed right after squeue ran
+        self.sacct_nodes: dict[str, str] = {}  # job id -> the node list sacct shows instead
         self.next_id = 100
         self.calls: list[list[str]] = []
         self.sbatch_plan: list[str] = []  # per sbatch: ok | timeout_created | timeout | stderr
@@ -183,7 +184,10 @@ class FakeSlurm:
                 running = {**job, "state": "RUNNING", "reason": "None", "exit_code": "0:0"}
                 rows.append(self._line({**running, "end": "Unknown"}, parse.SACCT_FIELDS))
             elif job is not None:
-                rows.append(self._line({**job, "end": "Unknown"}, parse.SACCT_FIELDS))
+                nodes = self.sacct_nodes.get(job_id, job["nodes"])
+                rows.append(
+                    self._line({**job, "nodes": nodes, "end": "Unknown"}, parse.SACCT_FIELDS)
+                )
         return self._ok(cmd, "".join(r + "\n" for r in rows))
 
     def _scontrol(self, cmd: list[str], timeout: float) -> SlurmResult:

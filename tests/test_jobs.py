@@ -160,6 +160,20 @@ def test_a_completing_jobs_partial_node_list_does_not_replace_the_recorded_one(d
     assert (row.state, registry.get(job_id).nodes) == ("COMPLETED", "gpu[1-2]")
 
 
+def test_an_end_is_recorded_with_squeues_node_list_over_sacccts_first_node(data) -> None:
+    # Seen in two clean-clone CI runs: right after a two-node job ended, squeue said
+    # COMPLETED on gpu[1-2] while sacct's record named gpu1 only; the registry kept "gpu1" and
+    # `logs --node gpu2` said the job ran on gpu1.
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state="COMPLETED", reason="None", nodes="gpu[1-2]", exit_code="0:0")
+    slurm.sacct_nodes[job_id] = "gpu1"
+    track(registry, slurm, job_id)
+    (row,) = status(client=slurm.client(), registry=registry)
+    assert (row.state, row.exit_code) == ("COMPLETED", 0)
+    assert registry.get(job_id).nodes == "gpu[1-2]"
+
+
 def test_an_end_known_to_nobody_but_squeue_is_not_recorded_without_its_code(data) -> None:
     slurm = FakeSlurm()
     registry = Registry()

@@ -314,6 +314,9 @@ def status(
             shown = _from_row(q, record, "squeue", exit_code=exit_code)
             results.append(_with_restarts(client, shown, q, record))
         elif a is not None:
+            # Right after a multi-node job ends, sacct's record can name only its first node
+            # (seen: "gpu1" for gpu[1-2]) while squeue, which still has the job, names all.
+            squeue_nodes = q.nodes if q is not None and q.state != "COMPLETING" else None
             updates.append(
                 StateUpdate(
                     record.token,
@@ -321,7 +324,7 @@ def status(
                     a.state,
                     a.reason,
                     a.exit_code,
-                    a.nodes,
+                    squeue_nodes or a.nodes,
                     gpus=_gpus_of(a),
                     elapsed=a.elapsed or None,
                 )  # fmt: skip
