@@ -834,20 +834,18 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         return self.last_status.state if self.last_status else "PENDING"
 
     def result(self, timeout: float | None = None) -> Any:
-        self.cluster._poller.wake()
-        try:
-            return super().result(timeout)
-        except concurrent.futures.TimeoutError:
-            if self.done():
-                raise
-            raise JobTimeout(
-                f"job {self.id} still {self._shown_state()} after {timeout:g}s"
-            ) from None
+        return self._waited(super().result, timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        exc: BaseException | None = self._waited(super().exception, timeout)
+        return exc
+
+    def _waited(self, get: Callable[[float | None], Any], timeout: float | None) -> Any:
+        """``get(timeout)`` with the poller woken first; a job still running when the
+        timeout passes is a JobTimeout naming its state."""
         self.cluster._poller.wake()
         try:
-            return super().exception(timeout)
+            return get(timeout)
         except concurrent.futures.TimeoutError:
             if self.done():
                 raise
