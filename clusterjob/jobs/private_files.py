@@ -1,8 +1,10 @@
 """Files only their owner may read: the registry and saved job scripts hold whole command
 lines (``--api-key=...`` included), so another user must not read them, not even for a moment.
 
-New files and directories are created under a 077 umask, so they are 0600/0700 from the first
-byte; an older registry or directory left readable is narrowed when it is next opened.
+New files and directories are created with owner-only modes (0600/0700), so they are private
+from the first byte; an older registry or directory left readable is narrowed when it is next
+opened. The process umask is never changed: it is process-wide, and a thread (the Python
+API's poller) changing it would change the mode of whatever other threads create meanwhile.
 """
 
 from __future__ import annotations
@@ -10,20 +12,15 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["ensure_private_dir", "narrow_to_owner", "owner_only_umask", "write_private"]
+__all__ = ["create_private_file", "ensure_private_dir", "narrow_to_owner", "write_private"]
 
 
-@contextlib.contextmanager
-def owner_only_umask() -> Iterator[None]:
-    """Everything created inside is readable by its owner only (umask 077), then the old umask."""
-    old = os.umask(0o077)
-    try:
-        yield
-    finally:
-        os.umask(old)
+def create_private_file(path: Path) -> None:
+    """Create ``path`` as an empty 0600 file unless it exists (an existing one is left as is)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 
 def narrow_to_owner(paths: Iterable[Path]) -> None:
@@ -41,8 +38,17 @@ def narrow_to_owner(paths: Iterable[Path]) -> None:
 
 def ensure_private_dir(path: Path) -> Path:
     """``path`` as a directory only we can enter: made 0700 (parents too), narrowed if older."""
-    with owner_only_umask():
-        path.mkdir(parents=True, exist_ok=True)
+    missing = []
+    for directory in (path, *path.parents):
+        if directory.is_dir():
+            break
+        missing.append(directory)
+    for directory in reversed(missing):  # outermost first, each 0700 as it is made
+        try:
+            directory.mkdir(0o700)
+        except FileExistsError:  # made meanwhile by another process, or a file in the way
+            if not directory.is_dir():
+                raise
     narrow_to_owner([path])
     return path
 

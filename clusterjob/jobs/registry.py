@@ -21,7 +21,11 @@ from typing import NamedTuple
 
 from clusterjob import envvars
 from clusterjob.errors import RegistryCorrupt, RegistryError, UsageError
-from clusterjob.jobs.private_files import ensure_private_dir, narrow_to_owner, owner_only_umask
+from clusterjob.jobs.private_files import (
+    create_private_file,
+    ensure_private_dir,
+    narrow_to_owner,
+)
 
 REGISTRY_FILE = "jobs.sqlite"
 SCHEMA_VERSION = 3  # 2: request, tasks; 3: host (each added in place to an older file)
@@ -147,14 +151,15 @@ class Registry:
             ensure_private_dir(self.path.parent)
         except OSError as exc:
             raise RegistryError(f"cannot create {self.path.parent}: {exc.strerror}") from None
+        try:  # 0600 before SQLite opens it (its -wal/-shm files copy its mode)
+            create_private_file(self.path)
+        except OSError as exc:
+            raise RegistryError(f"cannot create {self.path}: {exc.strerror}") from None
         if not self._ready:
             narrow_to_owner(Path(f"{self.path}{suffix}") for suffix in ("", "-wal", "-shm"))
         conn = None
         try:
-            with owner_only_umask():  # SQLite creates the file (its -wal/-shm copy its mode)
-                conn = sqlite3.connect(
-                    self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
-                )
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA synchronous = NORMAL")  # per connection; safe with WAL
             if not self._ready:
