@@ -7,6 +7,9 @@
 #   JOBS=4 scripts/mutation.sh slurm-parse   # more parallel test runs (default 2)
 #   COMMIT=HEAD scripts/mutation.sh request  # the files of a commit, not the working tree
 #
+# The jobs modules (submit, status, logs) are three targets with the same tests: one run of
+# all three took too long to repeat after each round of tests (12 minutes at JOBS=2).
+#
 # The site-loader target keeps only the in-process count test of test_bad_input.py: with the
 # whole file (its cases run `python -m clusterjob` in other directories) mutmut's first,
 # unmutated test run failed there.
@@ -43,7 +46,9 @@ TARGETS=(
   "node-checks|clusterjob/node/checks/identity.py clusterjob/node/checks/allocation.py clusterjob/node/checks/ordering.py clusterjob/node/checks/health.py|tests/test_checks.py tests/test_checks_exact.py tests/test_checks_allocation.py tests/test_checks_mig.py tests/test_core_regressions.py"
   "jobs-avail|clusterjob/jobs/avail.py|tests/test_avail.py tests/test_slurm_real.py tests/test_core_regressions.py"
   "render|clusterjob/jobscript/render.py|tests/test_render_exact.py tests/test_render.py tests/test_render_golden.py tests/test_security_render.py tests/test_site_policies.py tests/test_core_regressions.py"
-  "jobs|clusterjob/jobs/submit.py clusterjob/jobs/status.py clusterjob/jobs/logs.py|tests/test_jobs.py tests/test_jobs_lifecycle.py tests/test_security_registry.py tests/test_core_regressions.py"
+  "jobs-submit|clusterjob/jobs/submit.py|tests/test_jobs.py tests/test_jobs_lifecycle.py tests/test_jobs_mutants.py tests/test_security_registry.py tests/test_core_regressions.py"
+  "jobs-status|clusterjob/jobs/status.py|tests/test_jobs.py tests/test_jobs_lifecycle.py tests/test_jobs_mutants.py tests/test_security_registry.py tests/test_core_regressions.py"
+  "jobs-logs|clusterjob/jobs/logs.py|tests/test_jobs.py tests/test_jobs_lifecycle.py tests/test_jobs_mutants.py tests/test_security_registry.py tests/test_core_regressions.py"
   "prolog|clusterjob/node/prolog.py clusterjob/node/preflight.py|tests/test_prolog_exact.py tests/test_site_policies.py tests/test_core_regressions.py tests/test_checks.py tests/test_hooks.py tests/test_hooks_drain_reason.py tests/test_version_skew.py tests/test_job_environment.py"
 )
 
