@@ -109,7 +109,7 @@ CASES = {
     "h100farm-a100x1-dev": ("h100farm", dict(model="A100", gpus=1, partition="dev")),
     # The example sites written from real clusters' documentation (tests/test_real_sites.py
     # compares their #SBATCH lines with the documented ones; these pin the whole script).
-    # perlmutter: the QoS is the queue, one task per GPU, a site --gpu-bind line
+    # perlmutter: the QoS is the queue, one task per GPU (each task sees every GPU: no --gpu-bind)
     "perlmutter-a100x4": ("perlmutter", dict(model="a100", gpus=4, account="m4321")),
     # narval: no partition, a MIG slice by its type, memory per node
     "narval-mig-4g": ("narval", dict(model="4g.20gb", gpus=1, mem_per_gpu="40G")),

@@ -7,7 +7,6 @@
 #SBATCH --cpus-per-task=32
 #SBATCH --account=m4321
 #SBATCH --qos=regular
-#SBATCH --gpu-bind=none
 #SBATCH --comment=clusterjob:0123456789abcdef
 
 set -euo pipefail
