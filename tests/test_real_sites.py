@@ -4,15 +4,18 @@ documented example job line for line.
 Each case is the documentation's own ``#SBATCH`` block (its comments dropped) and the
 ``clusterjob submit`` options a user would give for that job; the test renders the job with
 the shipped site file and compares the directives. Each case's source names the page and the
-copy of it the block was read from; a case whose page could not be read says so (its block is
-as remembered), and one page with no GPU job script has an adapted block, marked as such.
+copy of it the block was read from. A page that could not be found in any stored copy has no
+case (the site file names it and says which of its lines are unverified); one page with no GPU
+job script has an adapted block, marked as such; one Jean Zay case is from a users' community
+guide, not the centre's own pages, and says so.
 The comparison reads both sides the way sbatch does and nothing more:
 
 * short options are their long names (``-C gpu`` is ``--constraint=gpu``), quotes around a
   value are read away, memory units are one case (``40gb`` is ``40G``);
-* three spellings that mean the same allocation are the same: ``--ntasks=N`` on M nodes and
-  ``--ntasks-per-node=N/M``; ``--gpus=T:N`` on one node and ``--gpus-per-node=T:N``;
-  ``--ntasks-per-node=1`` and no task count (Slurm's default of one task);
+* spellings that mean the same allocation are the same: ``--ntasks=N`` on M nodes and
+  ``--ntasks-per-node=N/M``; ``--ntasks=N --ntasks-per-node=K`` without ``--nodes`` and
+  ``--nodes=N/K`` (sbatch derives the node count); ``--gpus=T:N`` on one node and
+  ``--gpus-per-node=T:N``; ``--ntasks-per-node=1`` and no task count (Slurm's default);
 * clusterjob's own lines are allowed beyond the documented ones: ``--comment=clusterjob:TOKEN``
   (how a job is found again), ``--job-name`` (always written), and per case the lines the
   documentation leaves to a site default that this site file writes out, each named below.
@@ -31,6 +34,7 @@ from clusterjob.resources import site_configs_dir
 from clusterjob.site.loader import load_site, validate_site_file
 
 TOKEN = "0123456789abcdef"
+PERLMUTTER_PAGE = "https://docs.nersc.gov/systems/perlmutter/running-jobs/"
 
 SHORT = {
     "-A": "--account",
@@ -81,8 +85,15 @@ def _normalised(lines: list[str]) -> dict[str, str | None]:
     options = dict(_option(line) for line in lines)
     nodes = int(options.get("--nodes") or 1)
     ntasks = options.pop("--ntasks", None)
-    if ntasks is not None and "--ntasks-per-node" not in options:
+    per_node = options.get("--ntasks-per-node")
+    if ntasks is not None and per_node is None:
         options["--ntasks-per-node"] = str(int(ntasks) // nodes)
+    elif ntasks is not None and per_node is not None:
+        if "--nodes" not in options and int(ntasks) % int(per_node) == 0:
+            nodes = int(ntasks) // int(per_node)  # sbatch derives -N from -n and the per-node count
+            options["--nodes"] = str(nodes)
+        elif int(ntasks) != int(per_node) * nodes:
+            options["--ntasks"] = ntasks  # an inconsistent pair stays a difference
     gpus = options.get("--gpus")
     if gpus is not None and nodes == 1 and "--gpus-per-node" not in options:
         options["--gpus-per-node"] = options.pop("--gpus")
@@ -97,43 +108,60 @@ def _sbatch_lines(text: str) -> list[str]:
 
 
 EXAMPLES = {
-    # not found in a stored copy; written from https://docs.nersc.gov/jobs/examples/ as
-    # remembered; check
-    "perlmutter-1node-4gpus": Example(
+    # Perlmutter: "More GPU affinity examples" on NERSC's GPU running-jobs page, read from a
+    # stored copy of its Markdown source (an early version, 2021; the copy names no commit).
+    "perlmutter-1node-1task-1gpu": Example(
         "perlmutter",
-        "https://docs.nersc.gov/jobs/examples/ (GPU: 1 node, 4 tasks, 1 GPU per task; not "
-        "checked against the page)",
+        PERLMUTTER_PAGE + " (1 node, 1 task, 1 GPU)",
         """
-        #SBATCH -A m4321
+        #SBATCH -A <account>
         #SBATCH -C gpu
         #SBATCH -q regular
         #SBATCH -t 1:00:00
-        #SBATCH -N 1
-        #SBATCH --ntasks-per-node=4
-        #SBATCH -c 32
+        #SBATCH -n 1
+        #SBATCH --ntasks-per-node=1
+        #SBATCH -c 128
         #SBATCH --gpus-per-task=1
-        #SBATCH --gpu-bind=none
         """,
-        dict(gpus=4, model="a100", account="m4321", time="1:00:00"),
+        dict(gpus=1, model="a100", account="<account>", time="1:00:00", cpus_per_gpu=128),
     ),
-    # not found in a stored copy; written from
-    # https://docs.nersc.gov/systems/perlmutter/running-jobs/ as remembered; check
-    "perlmutter-80gb-debug": Example(
+    "perlmutter-1node-4gpus-all-visible": Example(
         "perlmutter",
-        "https://docs.nersc.gov/systems/perlmutter/running-jobs/ (80 GB nodes: -C gpu&hbm80g; "
-        "not checked against the page)",
+        PERLMUTTER_PAGE + " (1 node, 4 tasks, 4 GPUs, all GPUs visible to all tasks)",
         """
-        #SBATCH -A m4321
-        #SBATCH -C gpu&hbm80g
-        #SBATCH -q debug
-        #SBATCH -t 00:30:00
-        #SBATCH -N 2
+        #SBATCH -A <account>
+        #SBATCH -C gpu
+        #SBATCH -q regular
+        #SBATCH -t 1:00:00
+        #SBATCH -n 4
         #SBATCH --ntasks-per-node=4
         #SBATCH -c 32
         #SBATCH --gpus-per-task=1
-        #SBATCH --gpu-bind=none
         """,
-        dict(gpus=4, nodes=2, model="a100-80gb", account="m4321", time="00:30:00", qos="debug"),
+        dict(gpus=4, model="a100", account="<account>", time="1:00:00"),
+    ),
+    "perlmutter-4nodes-1gpu-per-task": Example(
+        "perlmutter",
+        PERLMUTTER_PAGE + " (4 nodes, 16 tasks, 16 GPUs, 1 GPU visible to each task)",
+        """
+        #SBATCH -A <account>
+        #SBATCH -C gpu
+        #SBATCH -q regular
+        #SBATCH -t 1:00:00
+        #SBATCH -n 16
+        #SBATCH --ntasks-per-node=4
+        #SBATCH -c 32
+        #SBATCH --gpus-per-task=1
+        #SBATCH --gpu-bind=map_gpu:0,1,2,3
+        """,
+        dict(
+            gpus=4,
+            nodes=4,
+            model="a100",
+            account="<account>",
+            time="1:00:00",
+            sbatch_args=("--gpu-bind=map_gpu:0,1,2,3",),
+        ),
     ),
     "narval-one-gpu": Example(
         "narval",
@@ -178,93 +206,67 @@ EXAMPLES = {
             time="24:00:00",
         ),
     ),
-    # not found in a stored copy; written from
-    # http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_mono_batch-eng.html as remembered;
-    # check
-    "jeanzay-mono-v100": Example(
+    # Jean Zay: IDRIS's own one-GPU and multi-GPU pages were not found in any stored copy;
+    # these are the GPU job scripts that were. The QoS line clusterjob adds comes from the
+    # site's qos_by_time, whose names no stored page confirms (the site file says so).
+    "jeanzay-cuda-mps": Example(
         "jeanzay",
-        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_mono_batch-eng.html (not "
-        "checked against the page)",
+        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_utilisation_cuda_mps-eng.html "
+        "(the default gpu partition, one node), read from a stored copy of the page",
         """
-        #SBATCH --job-name=gpu_mono
-        #SBATCH --nodes=1
-        #SBATCH --ntasks-per-node=1
-        #SBATCH --gres=gpu:1
-        #SBATCH --cpus-per-task=10
-        #SBATCH --hint=nomultithread
-        #SBATCH --time=00:10:00
-        #SBATCH --output=gpu_mono%j.out
-        #SBATCH --error=gpu_mono%j.out
-        """,
-        dict(
-            gpus=1,
-            model="v100",
-            job_name="gpu_mono",
-            time="00:10:00",
-            output="gpu_mono%j.out",
-            error="gpu_mono%j.out",
-        ),
-        extra={"--qos=qos_gpu-t3": "IDRIS's default QoS, which the example relies on"},
-    ),
-    # not found in a stored copy; written from the two pages below as remembered; check
-    "jeanzay-mono-a100": Example(
-        "jeanzay",
-        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_mono_batch-eng.html, its -C a100 "
-        "and --cpus-per-task=8 lines uncommented; the account from "
-        "http://www.idris.fr/eng/jean-zay/cpu/jean-zay-cpu-doc_account-eng.html (neither "
-        "checked against the page)",
-        """
-        #SBATCH --job-name=gpu_mono
-        #SBATCH -C a100
-        #SBATCH --account=abc@a100
-        #SBATCH --nodes=1
-        #SBATCH --ntasks-per-node=1
-        #SBATCH --gres=gpu:1
-        #SBATCH --cpus-per-task=8
-        #SBATCH --hint=nomultithread
-        #SBATCH --time=00:10:00
-        #SBATCH --output=gpu_mono%j.out
-        #SBATCH --error=gpu_mono%j.out
-        """,
-        dict(
-            gpus=1,
-            model="a100",
-            project="abc",
-            job_name="gpu_mono",
-            time="00:10:00",
-            output="gpu_mono%j.out",
-            error="gpu_mono%j.out",
-        ),
-        extra={"--qos=qos_gpu_a100-t3": "the A100 partition's default QoS"},
-    ),
-    # not found in a stored copy; written from
-    # http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_multi_mpi_batch-eng.html as
-    # remembered; check
-    "jeanzay-multi-mpi": Example(
-        "jeanzay",
-        "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_multi_mpi_batch-eng.html (not "
-        "checked against the page)",
-        """
-        #SBATCH --job-name=gpu_multi_mpi
-        #SBATCH --nodes=3
-        #SBATCH --ntasks-per-node=4
+        #SBATCH --job-name=gpu_cuda_mps_multi_mpi
+        #SBATCH --ntasks=40
+        #SBATCH --ntasks-per-node=40
         #SBATCH --gres=gpu:4
-        #SBATCH --cpus-per-task=10
+        #SBATCH --cpus-per-task=1
         #SBATCH --hint=nomultithread
         #SBATCH --time=00:10:00
-        #SBATCH --output=gpu_multi_mpi%j.out
-        #SBATCH --error=gpu_multi_mpi%j.out
+        #SBATCH --output=gpu_cuda_mps_multi_mpi%j.out
+        #SBATCH --error=gpu_cuda_mps_multi_mpi%j.out
+        #SBATCH --exclusive
+        #SBATCH -C mps
         """,
         dict(
             gpus=4,
-            nodes=3,
             model="v100",
-            job_name="gpu_multi_mpi",
+            tasks_per_node=40,
+            job_name="gpu_cuda_mps_multi_mpi",
             time="00:10:00",
-            output="gpu_multi_mpi%j.out",
-            error="gpu_multi_mpi%j.out",
+            output="gpu_cuda_mps_multi_mpi%j.out",
+            error="gpu_cuda_mps_multi_mpi%j.out",
+            constraint="mps",
+            sbatch_args=("--exclusive",),
         ),
-        extra={"--qos=qos_gpu-t3": "IDRIS's default QoS, which the example relies on"},
+        extra={"--qos=qos_gpu-t3": "the site's qos_by_time for 10 minutes (unverified name)"},
+    ),
+    "jeanzay-one-gpu-community": Example(
+        "jeanzay",
+        "https://github.com/jean-zay-users/jean-zay-doc/blob/"
+        "a9b8866c3f9dc57f9b187d9e721afa4a306bbf36/docs/examples/tf/tf_simple/"
+        "mnist_submission_script.slurm (a users' community guide, not IDRIS's own page)",
+        """
+        #SBATCH --job-name=tf_mnist
+        #SBATCH --ntasks=1
+        #SBATCH --ntasks-per-node=1
+        #SBATCH --gres=gpu:1
+        #SBATCH --cpus-per-task=10
+        #SBATCH --hint=nomultithread
+        #SBATCH --distribution=block:block
+        #SBATCH --time=2:00:00
+        #SBATCH --output=tf_mnist%j.out
+        #SBATCH --error=tf_mnist%j.out
+        #SBATCH --qos=qos_gpu-dev
+        """,
+        dict(
+            gpus=1,
+            model="v100",
+            job_name="tf_mnist",
+            time="2:00:00",
+            output="tf_mnist%j.out",
+            error="tf_mnist%j.out",
+            qos="qos_gpu-dev",
+            sbatch_args=("--distribution=block:block",),
+        ),
     ),
     "lumi-standard-g": Example(
         "lumi",
