@@ -130,10 +130,13 @@ _SBATCH = st.lists(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    syntax=st.sampled_from(["gres", "gres+constraint", "gpus-per-node", "gpus-per-task", "gpus"]),
+    syntax=st.sampled_from(
+        ["gres", "gres+constraint", "gpus-per-node", "gpus-per-task", "gpus", "none"]
+    ),
     gpus=st.integers(0, 4),
     nodes=st.integers(1, 3),
     site_gres=st.lists(_GRES_ITEMS, max_size=2, unique_by=lambda g: g.split(":")[0]),
+    partition_gres=st.lists(_GRES_ITEMS, max_size=2, unique_by=lambda g: g.split(":")[0]),
     model_gres=st.lists(_GRES_ITEMS, max_size=2, unique_by=lambda g: g.split(":")[0]),
     user_gres=st.lists(_GRES_ITEMS, max_size=3),
     sbatch_args=_SBATCH,
@@ -144,18 +147,25 @@ def test_no_combination_of_options_writes_two_gres_lines(
     gpus: int,
     nodes: int,
     site_gres: list[str],
+    partition_gres: list[str],
     model_gres: list[str],
     user_gres: list[str],
     sbatch_args: list[str],
 ) -> None:
-    """Every option that writes GRES (the GPU syntax, the site's and model's defaults.gres,
-    --gres, --sbatch-arg=--gres) ends in at most one --gres line, and a GPU job's GPUs are
-    always in it where the syntax asks through --gres."""
+    """Every option that writes GRES (the GPU syntax, the site's, partition's and model's
+    defaults.gres, --gres, --sbatch-arg=--gres) ends in at most one --gres line, and a GPU
+    job's GPUs are always in it where the syntax asks through --gres."""
     top = f"defaults: {{gres: [{', '.join(site_gres)}]}}" if site_gres else ""
     model = f"    defaults: {{gres: [{', '.join(model_gres)}]}}" if model_gres else ""
+    partition = f"    defaults: {{gres: [{', '.join(partition_gres)}]}}" if partition_gres else ""
     if syntax == "gres+constraint":
         model += "\n    constraint: v100"
-    site = load_site(make(tmp_path, syntax=syntax, typed="false", top=top, model=model))
+    if syntax == "none":  # the partition gives whole nodes: a GPU job asks for all 4
+        partition += "\n    gpus_per_node: 4"
+        gpus = 4 if gpus else 0
+    site = load_site(
+        make(tmp_path, syntax=syntax, typed="false", top=top, model=model, partition=partition)
+    )
     lines = directives(
         site,
         gpus=gpus,
