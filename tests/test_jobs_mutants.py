@@ -5,15 +5,19 @@ paths and command lines in full, so that a changed word, index or condition is n
 from __future__ import annotations
 
 import json
+import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from slurm_fake import FakeSlurm
 
-from clusterjob.errors import UsageError
+from clusterjob import resources
+from clusterjob.errors import RegistryError, SlurmError, UsageError
 from clusterjob.jobs import logs
 from clusterjob.jobs.logs import (
     RankLayout,
@@ -26,9 +30,26 @@ from clusterjob.jobs.logs import (
 )
 from clusterjob.jobs.registry import JobRecord, Registry
 from clusterjob.jobs.status import StatusCache
-from clusterjob.jobscript.request import JobRequest
+from clusterjob.jobs.submit import (
+    Changes,
+    Submitted,
+    TestOnlyResult,
+    check_output_dirs,
+    expand_dependency,
+    git_commit,
+    provenance,
+    recorded_request,
+    resubmit,
+    submit,
+)
+from clusterjob.jobscript.render import RenderedJob, render
+from clusterjob.jobscript.request import JobRequest, ResolvedJob, resolve
+from clusterjob.site.loader import load_site
+from clusterjob.site.model import Site
+from clusterjob.slurm import ssh
 from clusterjob.slurm.commands import SlurmClient
-from clusterjob.slurm.runner import Runner, SlurmResult
+from clusterjob.slurm.parse import StartEstimate
+from clusterjob.slurm.runner import Runner, SlurmResult, SshTransport
 
 
 @pytest.fixture
@@ -425,3 +446,405 @@ def test_rank_layout_needs_a_job_clusterjob_submitted(data: Path) -> None:
     with pytest.raises(UsageError) as info:
         rank_layout("801_2", registry=Registry(), client=FakeSlurm().client())
     assert str(info.value) == "job 801_2: --rank/--node need a job clusterjob submitted"
+
+
+# --- submit -------------------------------------------------------------------------------------
+
+TRAIN = str(Path(__file__).resolve().parent.parent / "examples" / "train.py")
+
+
+@pytest.fixture(scope="module")
+def mllab() -> Site:
+    return load_site(resources.site_configs_dir() / "mllab.yaml")
+
+
+def rendered_job(site: Site, **fields: object) -> tuple[ResolvedJob, RenderedJob]:
+    resolved = resolve(site, JobRequest(script=TRAIN, model="a100", **fields))  # type: ignore[arg-type]
+    return resolved, render(site, resolved)
+
+
+def git_repo(path: Path) -> str:
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.name=a", "-c", "user.email=a@b"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    (path / "tracked").write_text("1\n")
+    subprocess.run([*git, "add", "tracked"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run([*git[:3], "rev-parse", "HEAD"], capture_output=True, text=True)
+    return head.stdout.strip()
+
+
+def test_submitted_and_test_only_results_in_words() -> None:
+    done = Submitted("42", "mllab", "mllab", "/d/s.sh")
+    assert str(done) == (
+        "Submitted job 42 on cluster mllab (site mllab); script kept at /d/s.sh\n"
+        "Follow it with: clusterjob status 42; clusterjob logs 42 -f"
+    )
+    assert str(Submitted("42", "", "lab", "/d/s.sh")).splitlines()[0] == (
+        "Submitted job 42 (site lab); script kept at /d/s.sh"
+    )
+    when = datetime(2026, 11, 29, 16, 18, 15)
+    estimate = StartEstimate("7", "2026-11-29T16:18:15", when, 8, "gpu[1-2]", "gpu")
+    assert str(TestOnlyResult(estimate)) == (
+        "Slurm accepts this job: it would start at 2026-11-29 16:18:15 on gpu[1-2] in "
+        "partition gpu (8 processors). Nothing was submitted."
+    )
+    never = StartEstimate("7", "Unknown", None, 1, "gpu1", "gpu")
+    assert str(TestOnlyResult(never)) == (
+        "Slurm accepts this job: it would start at no foreseeable time (Slurm says Unknown: "
+        "the request fits, but the nodes are busy) on gpu1 in partition gpu (1 processors). "
+        "Nothing was submitted."
+    )
+
+
+def test_git_commit_of_a_clean_a_dirty_and_no_checkout(tmp_path: Path, monkeypatch) -> None:
+    head = git_repo(tmp_path / "repo")
+    assert git_commit(tmp_path / "repo") == head
+    (tmp_path / "repo" / "untracked").write_text("x\n")
+    assert git_commit(tmp_path / "repo") == head  # untracked files do not count
+    (tmp_path / "repo" / "tracked").write_text("2\n")
+    assert git_commit(tmp_path / "repo") == f"{head}-dirty"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert git_commit(plain) is None
+    monkeypatch.setenv("PATH", str(plain))  # no git at all
+    assert git_commit(tmp_path / "repo") is None
+
+
+def test_submit_records_exactly_what_reproduces_the_job(data: Path, tmp_path: Path, mllab) -> None:
+    resolved, rendered = rendered_job(mllab, array="0-3")
+    work = tmp_path / "work"
+    head = git_repo(work)
+    slurm = FakeSlurm(cluster="other")  # the site's cluster name wins over Slurm's
+    registry = Registry(data / "mine.db")
+    result = submit(
+        mllab, resolved, rendered, client=slurm.client(), registry=registry, workdir=work,
+        command_line=["clusterjob", "submit", "a b"],
+    )  # fmt: skip
+    path = data / "scripts" / f"clusterjob-{rendered.token}.sh"
+    assert result == Submitted(
+        "100", "mllab", "mllab", str(path), f"sbatch --parsable --chdir={work} {path}", 4
+    )
+    assert slurm.commands("sbatch") == [["sbatch", "--parsable", f"--chdir={work}", str(path)]]
+    assert path.read_text() == rendered.script
+    assert path.stat().st_mode & 0o777 == 0o700
+    (kept,) = registry.all()
+    assert kept == JobRecord(
+        job_id="100", cluster="mllab", site="mllab", token=rendered.token,
+        job_name=resolved.job_name, script=rendered.script, script_path=str(path),
+        command_line="clusterjob submit 'a b'", work_dir=str(work), git_commit=head,
+        submitted_at=kept.submitted_at, state="PENDING",
+        request=json.dumps(asdict(resolved.request)), host="",
+    )  # fmt: skip
+    assert Registry().all() == []  # the registry given, not the default one
+
+
+def test_submit_takes_the_cluster_name_from_slurm_when_the_site_has_none(data: Path, mllab) -> None:
+    site = replace(mllab, cluster_name=None)
+    resolved, rendered = rendered_job(site)
+    slurm = FakeSlurm(cluster="fromslurm")
+    result = submit(site, resolved, rendered, client=slurm.client(), workdir="/w")
+    assert isinstance(result, Submitted)
+    assert (result.cluster, result.tasks) == ("fromslurm", None)
+    assert Registry().get(result.job_id).cluster == "fromslurm"
+
+    class NoConfig(FakeSlurm):
+        def _scontrol(self, cmd: list[str], timeout: float) -> SlurmResult:
+            return SlurmResult(tuple(cmd), 1, "", "scontrol: error: no config")
+
+    resolved, rendered = rendered_job(site)
+    result = submit(site, resolved, rendered, client=NoConfig().client(), workdir="/w")
+    assert isinstance(result, Submitted) and result.cluster == ""
+
+
+def test_submit_records_the_source_directorys_commit(data: Path, tmp_path: Path, mllab) -> None:
+    head = git_repo(tmp_path / "src")
+    (tmp_path / "run").mkdir()
+    resolved, rendered = rendered_job(mllab)
+    submit(mllab, resolved, rendered, client=FakeSlurm().client(), workdir=tmp_path / "run",
+           source_dir=tmp_path / "src")  # fmt: skip
+    assert Registry().get("last").git_commit == head
+
+
+class StdinSlurm(FakeSlurm):
+    """A login node over ssh: sbatch reads the script from stdin."""
+
+    def __init__(self) -> None:
+        super().__init__(cluster="far")
+        self.stdin: list[str | None] = []
+
+    def __call__(self, cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
+        self.stdin.append(input)
+        return super().__call__(cmd, timeout, input)
+
+    def _sbatch(self, cmd: list[str], timeout: float) -> SlurmResult:
+        script = self.stdin[-1]
+        assert script is not None and cmd[-1].startswith("--chdir=")
+        path = Path(tempfile.mkdtemp()) / "stdin.sh"
+        path.write_text(script)
+        return super()._sbatch([*cmd, str(path)], timeout)
+
+    def client(self) -> SlurmClient:
+        transport = SshTransport(ssh.parse_target("ada@login1"))
+        return SlurmClient(Runner(self, transport=transport, sleep=self.sleep, clock=self.clock))
+
+
+def test_submit_to_a_remote_cluster(data: Path, tmp_path: Path, mllab) -> None:
+    resolved, rendered = rendered_job(mllab)
+    slurm = StdinSlurm()
+    with pytest.raises(UsageError) as info:
+        submit(mllab, resolved, rendered, client=slurm.client())
+    assert str(info.value) == "a job on a remote cluster needs its directory there"
+    local = tmp_path / "local"
+    git_repo(local)  # a checkout here with the remote directory's name: not the job's
+    result = submit(mllab, resolved, rendered, client=slurm.client(), workdir=str(local))
+    assert isinstance(result, Submitted)
+    assert slurm.commands("sbatch") == [["sbatch", "--parsable", f"--chdir={local}"]]
+    assert slurm.stdin[-1] == rendered.script
+    assert Registry().all() == []  # recorded under the host's name
+    (kept,) = Registry(host="ada@login1").all()
+    assert (kept.host, kept.git_commit, kept.work_dir) == ("ada@login1", None, str(local))
+
+    class Dry(StdinSlurm):
+        def _sbatch(self, cmd: list[str], timeout: float) -> SlurmResult:
+            assert self.stdin[-1] == rendered.script
+            return super()._sbatch(cmd, timeout)
+
+    dry = Dry()
+    assert isinstance(
+        submit(mllab, resolved, rendered, test_only=True, client=dry.client(), workdir="/r/w"),
+        TestOnlyResult,
+    )
+    assert dry.commands("sbatch") == [["sbatch", "--test-only", "--chdir=/r/w"]]
+
+
+def test_submit_test_only_writes_a_test_script_and_words_a_refusal(data: Path, mllab) -> None:
+    resolved, rendered = rendered_job(mllab)
+    seen: list[str] = []
+
+    class Refusing(FakeSlurm):
+        def _sbatch(self, cmd: list[str], timeout: float) -> SlurmResult:
+            seen.append(Path(cmd[-1]).read_text())
+            return SlurmResult(
+                tuple(cmd), 1, "", "sbatch: error: Batch job submission failed: Invalid "
+                "partition name specified\n"
+            )  # fmt: skip
+
+    slurm = Refusing()
+    with pytest.raises(SlurmError) as info:
+        submit(mllab, resolved, rendered, test_only=True, client=slurm.client(), workdir="/w")
+    path = data / "scripts" / f"clusterjob-test-{rendered.token}.sh"
+    assert slurm.commands("sbatch") == [["sbatch", "--test-only", "--chdir=/w", str(path)]]
+    assert seen == [rendered.script]
+    assert not path.exists()
+    assert "gpu (default)" in str(info.value)  # the site's partitions
+
+
+def test_a_job_submitted_but_not_recorded_says_so(data: Path, mllab, monkeypatch) -> None:
+    resolved, rendered = rendered_job(mllab)
+
+    def broken(self: Registry, *records: JobRecord) -> None:
+        raise RegistryError("disk full")
+
+    monkeypatch.setattr(Registry, "add", broken)
+    with pytest.raises(RegistryError) as info:
+        submit(mllab, resolved, rendered, client=FakeSlurm().client(), workdir="/w")
+    assert str(info.value) == "job 100 WAS submitted, but could not be recorded: disk full"
+
+
+def test_check_output_dirs_word_for_word(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"  # a working directory not made yet: plain names need nothing
+    assert check_output_dirs("out.log", "./err.log", gone) == []
+    with pytest.raises(UsageError) as info:
+        check_output_dirs("%j/out", "errs/x.err", tmp_path)
+    assert str(info.value) == (
+        f"--error errs/x.err: directory {tmp_path}/errs does not exist (Slurm cannot create it "
+        "and the job would fail silently); create it or pass --mkdir"
+    )
+    (tmp_path / "outs").mkdir()
+    with pytest.raises(UsageError, match="^--error errs/x.err: directory"):
+        check_output_dirs("outs/o", "errs/x.err", tmp_path)
+    with pytest.raises(UsageError, match="^--error errs/x.err: directory"):
+        check_output_dirs(None, "errs/x.err", tmp_path)
+    made = check_output_dirs("a/b/out", str(tmp_path / "c/d/err"), tmp_path, mkdir=True)
+    assert made == [tmp_path / "a/b", tmp_path / "c/d"]
+    assert (tmp_path / "a/b").is_dir() and (tmp_path / "c/d").is_dir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError) as info:
+        check_output_dirs("file/x/out", None, tmp_path, mkdir=True)
+    assert str(info.value) == (
+        f"--output file/x/out: cannot create {tmp_path}/file/x: Not a directory"
+    )
+
+
+def test_last_in_a_dependency_from_the_default_registry(data: Path) -> None:
+    Registry().add(record("55"))
+    assert expand_dependency("afterok:last") == "afterok:55"
+
+
+def full_request() -> JobRequest:
+    return JobRequest(
+        script="train.py", args=("--lr", "1"), sbatch_args=("--exclusive",),
+        task_args=(("a",), ("b", "c")), setup=("echo hi",), modules=("cuda",),
+        env=("K=V",), launcher_args=("--nnodes=1",), gres=("nvme:10",), array="%2",
+    )  # fmt: skip
+
+
+def test_recorded_request_is_the_request_as_submitted() -> None:
+    request = full_request()
+    assert recorded_request(record("9", request=json.dumps(asdict(request)))) == request
+    nulls = {**asdict(JobRequest(script="t.py")), "args": None, "sbatch_args": None,
+             "task_args": None, "setup": None, "modules": None}  # fmt: skip
+    assert recorded_request(record("9", request=json.dumps(nulls))) == JobRequest(
+        script="t.py", token=nulls["token"]
+    )
+    old = {k: v for k, v in asdict(JobRequest(script="t.py")).items() if k not in ("env", "gres")}
+    assert recorded_request(record("9", request=json.dumps(old))).env == ()
+
+
+def test_recorded_request_refusals() -> None:
+    with pytest.raises(UsageError) as info:
+        recorded_request(record("9"))
+    assert str(info.value) == (
+        "job 9 was recorded without its request (an older clusterjob); resubmit it with "
+        "--same-script"
+    )
+    with pytest.raises(UsageError) as info:
+        recorded_request(record("9", request='{"script": "t.py", "colour": 1}'))
+    assert str(info.value).startswith("job 9: its recorded request is unreadable (")
+    assert "colour" in str(info.value)
+
+
+def test_resubmit_renders_again_into_the_registry_given(data: Path, tmp_path: Path, mllab) -> None:
+    resolved, rendered = rendered_job(mllab, array="0-3")
+    slurm = FakeSlurm()
+    registry = Registry(data / "mine.db")
+    first = submit(mllab, resolved, rendered, client=slurm.client(), registry=registry,
+                   workdir="/w/run")  # fmt: skip
+    assert isinstance(first, Submitted)
+    again = resubmit(first.job_id, site=mllab, client=slurm.client(), registry=registry)
+    assert slurm.commands("sbatch")[-1][:3] == ["sbatch", "--parsable", "--chdir=/w/run"]
+    assert again.tasks == 4
+    new = registry.get(again.job_id)
+    assert new is not None and new.resubmit_of == first.job_id
+    assert "#SBATCH --array=0-3\n" in new.script
+    assert Registry().all() == []
+    with pytest.raises(UsageError) as info:
+        resubmit(first.job_id, site=replace(mllab, name="other"), client=slurm.client(),
+                 registry=registry)  # fmt: skip
+    assert str(info.value) == (
+        f"job {first.job_id} was submitted at site mllab, but the site config found here is "
+        "other; pass --site (or --same-script)"
+    )
+    with pytest.raises(UsageError) as info:
+        resubmit(first.job_id, client=slurm.client(), registry=registry)
+    assert str(info.value) == "resubmit needs the site config to render the job again"
+    with pytest.raises(UsageError) as info:
+        resubmit(first.job_id, same_script=True, changes=Changes(args=("x",)),
+                 client=slurm.client(), registry=registry)  # fmt: skip
+    assert str(info.value) == "--same-script replays the old script: it takes no changes"
+
+
+def test_resubmit_of_a_sweep_keeps_its_limit(data: Path, mllab) -> None:
+    resolved, rendered = rendered_job(mllab, task_args=(("1",), ("2",), ("3",)), array="%2")
+    slurm = FakeSlurm()
+    first = submit(mllab, resolved, rendered, client=slurm.client(), workdir="/w")
+    assert isinstance(first, Submitted)
+    again = resubmit(first.job_id, site=mllab, changes=Changes(gpus=2), client=slurm.client())
+    assert "#SBATCH --array=0-2%2\n" in Registry().get(again.job_id).script
+    resolved, rendered = rendered_job(mllab, task_args=(("1",), ("2",)))
+    plain = submit(mllab, resolved, rendered, client=slurm.client(), workdir="/w")
+    assert isinstance(plain, Submitted)
+    again = resubmit(plain.job_id, site=mllab, client=slurm.client())
+    assert "#SBATCH --array=0-1\n" in Registry().get(again.job_id).script
+
+
+def test_replay_is_the_old_script_with_a_new_token(data: Path, tmp_path: Path, mllab) -> None:
+    work = tmp_path / "work"
+    head = git_repo(work)
+    resolved, rendered = rendered_job(mllab)
+    slurm = FakeSlurm()
+    registry = Registry(data / "mine.db")
+    first = submit(mllab, resolved, rendered, client=slurm.client(), registry=registry,
+                   workdir=work, command_line=["cj", "x"])  # fmt: skip
+    assert isinstance(first, Submitted)
+    (work / "tracked").write_text("changed\n")
+    again = resubmit(first.job_id, same_script=True, client=slurm.client(), registry=registry)
+    new = registry.get(again.job_id)
+    assert new is not None
+    path = data / "scripts" / f"clusterjob-{new.token}.sh"
+    assert again == Submitted(
+        new.job_id, "mllab", "mllab", str(path), f"sbatch --parsable --chdir={work} {path}"
+    )
+    old = registry.get(first.job_id)
+    assert old is not None
+    assert new == replace(
+        old, job_id=again.job_id, token=new.token, script=old.script.replace(old.token, new.token),
+        script_path=str(path), git_commit=f"{head}-dirty", submitted_at=new.submitted_at,
+        resubmit_of=first.job_id,
+    )  # fmt: skip
+    assert new.state == "PENDING" and new.request == old.request
+    assert slurm.commands("sbatch")[-1] == ["sbatch", "--parsable", f"--chdir={work}", str(path)]
+    assert path.read_text() == new.script
+    assert Registry().all() == []
+
+
+def test_replay_on_a_remote_cluster(data: Path, tmp_path: Path, mllab) -> None:
+    work = tmp_path / "work"
+    git_repo(work)
+    resolved, rendered = rendered_job(mllab)
+    slurm = StdinSlurm()
+    first = submit(mllab, resolved, rendered, client=slurm.client(), workdir=str(work))
+    assert isinstance(first, Submitted)
+    again = resubmit(first.job_id, same_script=True, client=slurm.client())
+    new = Registry(host="ada@login1").get(again.job_id)
+    assert new is not None and (new.host, new.git_commit) == ("ada@login1", None)
+    assert slurm.stdin[-1] == new.script
+    assert slurm.commands("sbatch")[-1] == ["sbatch", "--parsable", f"--chdir={work}"]
+
+
+def test_replay_needs_the_token_in_the_script(data: Path) -> None:
+    Registry().add(record("60", script="#!/bin/bash\n#SBATCH --comment=other\n"))
+    with pytest.raises(UsageError) as info:
+        resubmit("60", same_script=True, client=FakeSlurm().client())
+    assert str(info.value) == "job 60: its recorded script has no clusterjob:tok60 comment"
+
+
+def test_provenance_in_full(data: Path) -> None:
+    request = {"python": "/usr/bin/python3", "python_why": "--python"}
+    Registry().add(
+        record("70", git_commit="abc-dirty", command_line="cj submit", script_path="/s/a b.sh",
+               request=json.dumps(request), submitted_at=datetime(2026, 1, 2, 3, 4, 5).timestamp())
+    )  # fmt: skip
+    assert provenance("70") == {
+        "job_id": "70", "cluster": "fake", "site": "mllab", "submitted": "2026-01-02T03:04:05",
+        "command_line": "cj submit", "work_dir": "/home/ana/run", "git_commit": "abc",
+        "git_dirty": True, "token": "tok70", "script_path": "/s/a b.sh",
+        "sbatch_command": "sbatch --parsable --chdir=/home/ana/run '/s/a b.sh'",
+        "resubmit_of": None, "state": "PENDING", "python": "/usr/bin/python3",
+        "python_why": "--python",
+    }  # fmt: skip
+    Registry().add(record("71", git_commit="abc"), record("72"))
+    assert (provenance("71")["git_commit"], provenance("71")["git_dirty"]) == ("abc", False)
+    assert (provenance("72")["git_commit"], provenance("72")["git_dirty"]) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "python", "why"),
+    [
+        (None, None, None),
+        ('{"python": "/p/python3", "python_why": "venv"}', "/p/python3", "venv"),
+        ('{"python": null, "conda": "torch", "python_why": "--conda"}', "conda env torch",
+         "--conda"),
+        ('{"python": "/p/python3", "conda": "torch"}', "/p/python3", None),
+        ('{"conda": ""}', None, None),
+        ("not json", None, None),
+        ('["python"]', None, None),
+    ],
+)  # fmt: skip
+def test_the_recorded_interpreter(
+    data: Path, request_text: str | None, python: str | None, why: str | None
+) -> None:
+    Registry().add(record("80", request=request_text))
+    shown = provenance("80")
+    assert (shown["python"], shown["python_why"]) == (python, why)
