@@ -1,5 +1,5 @@
-"""The five example sites written from real clusters' public documentation render each
-documented example job line for line.
+"""The five example sites written from real clusters' public documentation render the example
+jobs found for them line for line.
 
 Each case is the documentation's own ``#SBATCH`` block (its comments dropped) and the
 ``clusterjob submit`` options a user would give for that job; the test renders the job with
