@@ -343,6 +343,21 @@ def test_is_finished_takes_ended_and_unknown_jobs_as_finished(data: Path) -> Non
     assert [finished(j) for j in (running, pending, done, gone)] == [False, False, True, True]
 
 
+def test_is_finished_reads_the_registry_and_cache_it_is_given(data: Path) -> None:
+    slurm = FakeSlurm(accounting=False)
+    registry = Registry(data / "mine.db")
+    job = slurm.add_job(state="RUNNING")
+    registry.add(record(job, state="COMPLETED"))  # its end recorded; Slurm forgot it
+    slurm.forgotten.add(job)
+    assert is_finished(job, client=slurm.client(), registry=registry)
+    other = slurm.add_job(state="RUNNING")
+    registry.add(record(other))
+    cache = StatusCache(data / "cache.json", ttl=0)
+    assert not is_finished(other, client=slurm.client(), registry=registry, cache=cache)
+    slurm.jobs[other]["state"] = "COMPLETED"
+    assert is_finished(other, client=slurm.client(), registry=registry, cache=cache)
+
+
 # --- logs: one rank's or one node's lines -------------------------------------------------------
 
 SRUN_TEXT = "0: a0\n 1: a1\n2: b2\n3: b3\nno label\n10: late"
@@ -382,6 +397,11 @@ TORCH_TEXT = "0: [rank0]: a\n0: [rank1]: b\n1: [rank2]: c\n1: [rank3]: d\nplain 
 def test_select_lines_of_torchrun_workers(rank: int | None, node: str | None, kept: str) -> None:
     layout = RankLayout("torchrun", ("gpu1", "gpu2"), tasks_per_node=1)
     assert select_lines(TORCH_TEXT, layout, rank=rank, node=node) == kept
+
+
+def test_select_lines_of_a_node_skips_unlabelled_lines_anywhere() -> None:
+    layout = RankLayout("srun", ("gpu1", "gpu2"), tasks_per_node=1)
+    assert select_lines("banner\n1: b\n0: a\n", layout, rank=None, node="gpu1") == "0: a\n"
 
 
 def test_select_lines_on_one_node_keeps_every_line() -> None:
@@ -428,6 +448,10 @@ def test_rank_layout_from_the_request_and_the_nodes(data: Path) -> None:
     assert rank_layout("last", registry=registry, client=client) == RankLayout(
         "srun", ("gpu3", "gpu4"), 4
     )
+    Registry().add(
+        record("801", request=json.dumps(asdict(request)), nodes="gpu9", state="RUNNING")
+    )
+    assert rank_layout("801", client=client) == RankLayout("srun", ("gpu9",), 4)
 
 
 def test_rank_layout_asks_slurm_for_the_nodes_not_recorded_yet(data: Path) -> None:
