@@ -7,16 +7,28 @@ this file is about the choices ``render`` makes around the template.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 
 import pytest
 from test_request import GRES_SITE, make_site
 
+from clusterjob import resources
 from clusterjob.errors import ConfigError, UsageError
 from clusterjob.jobscript.interpreter import Interpreter
-from clusterjob.jobscript.render import render
+from clusterjob.jobscript.render import (
+    _ENVIRONMENT_KEY,
+    TemplateRecord,
+    comment_text,
+    default_node_command,
+    render,
+    template_environment,
+    template_value,
+)
 from clusterjob.jobscript.request import JobRequest, resolve
 
 
@@ -130,3 +142,167 @@ def test_what_a_template_cannot_reach(tmp_path: Path, expression: str) -> None:
     with pytest.raises(ConfigError) as info:
         render(site, job(site))
     assert info.value.issues[0].key_path == "templates"
+
+
+def test_a_template_keeps_its_own_trailing_blank_line(tmp_path: Path) -> None:
+    site = site_with_template(tmp_path, "#!/bin/bash\necho hi\n\n")
+    assert render(site, job(site)).script == "#!/bin/bash\necho hi\n\n"
+
+
+def test_a_conda_env_gives_templates_no_python_path(tmp_path: Path) -> None:
+    site = site_with_template(tmp_path, "#!/bin/bash\n# [{{ python }}]\n")
+    chosen = replace(job(site), interpreter=Interpreter(None, "--conda", conda="torch"))
+    assert render(site, chosen).script == "#!/bin/bash\n# []\n"
+
+
+def test_comment_text_escapes_line_breaks_and_tabs() -> None:
+    assert comment_text("a\nb\tc\x1b") == "a\\nb\\tc\\x1b"
+
+
+# --- the compiled-template cache ---------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    return Path(os.environ["XDG_CACHE_HOME"]) / "clusterjob" / "templates"
+
+
+def test_compiled_templates_are_kept_under_the_environments_key(tmp_path: Path) -> None:
+    site = site_with_template(tmp_path, "#!/bin/bash\necho hi\n")
+    render(site, job(site))
+    filename = str(tmp_path / "job.sh.j2")
+    key = hashlib.sha1(f"{_ENVIRONMENT_KEY}|job.sh.j2|{filename}".encode()).hexdigest()
+    assert sorted(p.name for p in cache_dir().iterdir()) == [f"__jinja2_{key}.cache"]
+
+
+def test_a_compiled_template_in_the_cache_is_what_runs(tmp_path: Path) -> None:
+    """The cache is read, not only written: an entry for this source is used as it is."""
+    source = "#!/bin/bash\necho from-the-file\n"
+    site = site_with_template(tmp_path, source)
+    env = template_environment(site)
+    cache = env.bytecode_cache
+    assert cache is not None
+    filename = str(tmp_path / "job.sh.j2")
+    bucket = cache.get_bucket(env, "job.sh.j2", filename, source)
+    bucket.code = env.compile("#!/bin/bash\necho from-the-cache\n", "job.sh.j2", filename)
+    cache.set_bucket(bucket)
+    assert render(site, job(site)).script == "#!/bin/bash\necho from-the-cache\n"
+
+
+def test_a_damaged_cache_entry_is_compiled_again(tmp_path: Path) -> None:
+    site = site_with_template(tmp_path, "#!/bin/bash\necho hi\n")
+    render(site, job(site))
+    [entry] = cache_dir().iterdir()
+    entry.write_bytes(b"not a compiled template")
+    assert render(site, job(site)).script == "#!/bin/bash\necho hi\n"
+
+
+def test_a_cache_dir_that_cannot_be_written_costs_only_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / "gone"  # checked private, then removed before the entry is written
+    monkeypatch.setattr(resources, "private_cache_dir", lambda name: gone)
+    site = site_with_template(tmp_path, "#!/bin/bash\necho hi\n")
+    assert render(site, job(site)).script == "#!/bin/bash\necho hi\n"
+    assert not gone.exists()
+
+
+def test_no_cache_when_the_cache_dir_is_not_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared-cache"
+    (shared / "clusterjob" / "templates").mkdir(parents=True)
+    (shared / "clusterjob" / "templates").chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    site = site_with_template(tmp_path, "#!/bin/bash\necho hi\n")
+    assert template_environment(site).bytecode_cache is None
+    assert render(site, job(site)).script == "#!/bin/bash\necho hi\n"
+    assert list((shared / "clusterjob" / "templates").iterdir()) == []
+    assert list(work.iterdir()) == []
+
+
+def test_a_template_named_with_the_shipped_prefix_is_not_prefixed_twice(tmp_path: Path) -> None:
+    env = template_environment(site_with_template(tmp_path, "#!/bin/bash\n"))
+    shipped = "clusterjob/job.sh.j2"
+    assert env.join_path(shipped, shipped) == shipped
+    assert env.join_path("job.sh.j2", "job.sh.j2") == shipped
+    assert env.join_path("other.j2", "job.sh.j2") == "other.j2"
+
+
+# --- what templates are given --------------------------------------------------------------
+
+
+class Colour(Enum):
+    RED = "red"
+
+
+class Name(str):
+    """A str subclass: a template gets its text as a plain str."""
+
+
+class Opaque:
+    def __str__(self) -> str:
+        return "opaque"
+
+
+@dataclass(frozen=True)
+class Shown:
+    visible: str = "v"
+    _hidden: str = "h"
+
+    @property
+    def computed(self) -> str:
+        return "c"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (Colour.RED, "red"),
+        (Name("x"), "x"),
+        (["a", Colour.RED], ["a", "red"]),
+        (frozenset({Colour.RED}), ["red"]),
+        ({1: Colour.RED}, {"1": "red"}),
+        ((Colour.RED, 2), ("red", 2)),
+        (Opaque(), "opaque"),
+        (Path("/a/b"), "/a/b"),
+    ],
+)
+def test_template_value_gives_plain_data(value: object, expected: object) -> None:
+    seen = template_value(value)
+    assert seen == expected
+    assert type(seen) is type(expected)
+
+
+def test_a_template_record_shows_fields_only() -> None:
+    record = template_value(Shown())
+    assert isinstance(record, TemplateRecord)
+    assert record.visible == "v"
+    assert record["visible"] == "v"
+    for name in ("_hidden", "computed", "__dict__"):
+        with pytest.raises(AttributeError) as attr_info:
+            getattr(record, name)
+        assert attr_info.value.args == (name,)
+        with pytest.raises(KeyError) as key_info:
+            record[name]
+        assert key_info.value.args == (name,)
+
+
+def test_a_template_record_compares_hashes_and_prints_as_its_object() -> None:
+    shown = Shown()
+    record = TemplateRecord(shown)
+    assert record == TemplateRecord(Shown())
+    assert record == shown
+    assert record != "v"
+    assert hash(record) == hash(shown)
+    assert str(record) == str(shown) == "Shown(visible='v', _hidden='h')"
+    with pytest.raises(AttributeError, match="^template values are read-only$"):
+        record.visible = "w"  # type: ignore[misc]
+
+
+def test_a_sites_node_command_is_split_as_a_shell_would() -> None:
+    site = replace(GRES_SITE, node_command="'/opt/cj env/bin/clusterjob' --quiet")
+    assert default_node_command(site) == ["/opt/cj env/bin/clusterjob", "--quiet"]
+    assert default_node_command(GRES_SITE) == [sys.executable, "-m", "clusterjob"]

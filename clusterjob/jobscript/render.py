@@ -196,9 +196,8 @@ def template_value(value: object) -> object:
 def default_node_command(site: Site) -> list[str]:
     """How the job script calls clusterjob on a node: the site's ``node_command`` if set,
     else this interpreter (``python -m clusterjob``), which shares the login node's install."""
-    configured = getattr(site, "node_command", None)
-    if configured:
-        return shlex.split(configured) if isinstance(configured, str) else list(configured)
+    if site.node_command:  # one string in the site YAML, split as a shell would
+        return shlex.split(site.node_command)
     return [sys.executable, "-m", "clusterjob"]
 
 
