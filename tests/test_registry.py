@@ -15,6 +15,7 @@ import pytest
 
 from clusterjob.cli import run
 from clusterjob.errors import RegistryError, UsageError, exit_code
+from clusterjob.jobs import registry
 from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir, repair
 
 REPO = Path(__file__).resolve().parent.parent
@@ -361,3 +362,112 @@ def test_each_host_sees_its_own_jobs(tmp_path: Path) -> None:
     record = there.get("7")
     assert record is not None and record.host == "ada@login1:2222"
     assert Registry(path, host="other").all() == []
+
+
+# --- transactions and locks -------------------------------------------------------------------
+
+
+def test_records_added_together_are_kept_together_or_not_at_all(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "jobs.sqlite")
+    with pytest.raises(RegistryError):  # the second record reuses the first one's token
+        reg.add(record("1", "same"), record("2", "same"))
+    assert reg.all() == []
+
+
+def test_state_updates_given_together_are_applied_together_or_not_at_all(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "jobs.sqlite")
+    reg.add(record("1", "a"), record("2", "b"))
+    bad = StateUpdate("b", "lab", None)  # type: ignore[arg-type]  # state may not be NULL
+    with pytest.raises(RegistryError):
+        reg.update_states([StateUpdate("a", "lab", "RUNNING"), bad], checked_at=5.0)
+    assert [(r.state, r.state_checked_at) for r in reg.all()] == [("SUBMITTED", None)] * 2
+
+
+@contextlib.contextmanager
+def writer_holding(path: Path):
+    """Another process's write transaction on the registry, held until the block ends."""
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        yield other
+    finally:
+        other.rollback()
+        other.close()
+
+
+def test_reads_of_an_open_registry_do_not_wait_for_a_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "BUSY_TIMEOUT_MS", 300)
+    path = tmp_path / "jobs.sqlite"
+    reg = Registry(path)
+    reg.add(record("7", "a"))
+    with writer_holding(path):
+        reg.check()
+        assert [r.job_id for r in reg.all()] == ["7"]
+        assert reg.get("7") is not None
+        with pytest.raises(RegistryError) as info:  # a write does wait, then says so
+            reg.add(record("8", "b"))
+    assert str(info.value) == (
+        f"job registry {path} stayed locked for 0s by another clusterjob; try again"
+    )
+
+
+class StepClock:
+    """``registry.time`` whose ``sleep`` records its delays and runs ``on_sleep`` instead."""
+
+    def __init__(self, on_sleep) -> None:
+        self.slept: list[float] = []
+        self.on_sleep = on_sleep
+        self.strftime = time.strftime
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.on_sleep(len(self.slept))
+
+
+def registry_in_delete_mode(path: Path) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("CREATE TABLE t (x)")
+    db.close()
+    path.chmod(0o600)
+
+
+def test_switching_to_wal_is_retried_while_another_process_holds_a_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "jobs.sqlite"
+    registry_in_delete_mode(path)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(writer_holding(path))
+        clock = StepClock(lambda n: n == 3 and stack.close())  # the writer ends after 3 waits
+        monkeypatch.setattr(registry, "time", clock)
+        Registry(path).check()
+    assert clock.slept == [0.05, 0.05, 0.05]
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_switching_to_wal_gives_up_after_200_tries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "jobs.sqlite"
+    registry_in_delete_mode(path)
+    clock = StepClock(lambda n: None)
+    monkeypatch.setattr(registry, "time", clock)
+    with writer_holding(path), pytest.raises(RegistryError) as info:
+        Registry(path).check()
+    assert clock.slept == [0.05] * 199
+    assert str(info.value) == (
+        f"job registry {path} stayed locked for 60s by another clusterjob; try again"
+    )
+
+
+def test_repair_moves_a_shm_file_sqlite_left_beside_the_corrupt_one(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite"
+    _corrupt(path)
+    (tmp_path / "jobs.sqlite-shm" / "inside").mkdir(parents=True)  # SQLite cannot remove it
+    moved = repair(path)
+    assert moved is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [moved.name, f"{moved.name}-shm"]
+    assert (tmp_path / f"{moved.name}-shm" / "inside").is_dir()
