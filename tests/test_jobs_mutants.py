@@ -5,6 +5,7 @@ paths and command lines in full, so that a changed word, index or condition is n
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 import time
@@ -19,6 +20,7 @@ from slurm_fake import FakeSlurm
 from clusterjob import resources
 from clusterjob.errors import RegistryError, SlurmError, UsageError
 from clusterjob.jobs import logs
+from clusterjob.jobs.explain import explain
 from clusterjob.jobs.logs import (
     RankLayout,
     follow,
@@ -29,7 +31,15 @@ from clusterjob.jobs.logs import (
     select_lines,
 )
 from clusterjob.jobs.registry import JobRecord, Registry
-from clusterjob.jobs.status import StatusCache
+from clusterjob.jobs.status import (
+    JobStatus,
+    StatusCache,
+    StatusFilter,
+    _summary,
+    _Task,
+    cache_for,
+    status,
+)
 from clusterjob.jobs.submit import (
     Changes,
     Submitted,
@@ -46,7 +56,7 @@ from clusterjob.jobscript.render import RenderedJob, render
 from clusterjob.jobscript.request import JobRequest, ResolvedJob, resolve
 from clusterjob.site.loader import load_site
 from clusterjob.site.model import Site
-from clusterjob.slurm import ssh
+from clusterjob.slurm import parse, ssh
 from clusterjob.slurm.commands import SlurmClient
 from clusterjob.slurm.parse import StartEstimate
 from clusterjob.slurm.runner import Runner, SlurmResult, SshTransport
@@ -872,3 +882,617 @@ def test_the_recorded_interpreter(
     Registry().add(record("80", request=request_text))
     shown = provenance("80")
     assert (shown["python"], shown["python_why"]) == (python, why)
+
+
+# --- status -------------------------------------------------------------------------------------
+
+
+def tracked(job_id: str, **fields: object) -> JobRecord:
+    values: dict[str, object] = {"job_name": "train", "submitted_at": time.time() - 100}
+    return record(job_id, **{**values, **fields})
+
+
+def test_status_rows_and_records_from_squeue_and_sacct_in_full(data: Path) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    running = slurm.add_job(
+        state="RUNNING", reason="None", nodes="gpu[1-2]", elapsed="1:02", work_dir="",
+        stdout="out/%x-%N-%u.log", stderr="/abs/%j.err", tres_per_node="gres:gpu:a100:2",
+    )  # fmt: skip
+    waiting = slurm.add_job(state="PENDING", reason="Priority", stdout="b-%j.out", stderr="",
+                            work_dir="/sq/dir")  # fmt: skip
+    quiet = slurm.add_job(state="RUNNING", reason="None", stdout="", stderr="")
+    ended = slurm.add_job(
+        state="FAILED", reason="NonZeroExitCode", exit_code="3:0", nodes="gpu[1-2]",
+        elapsed="0:05", alloc_tres="billing=8,cpu=8,gres/gpu:a100=2,mem=10G,node=2",
+    )  # fmt: skip
+    slurm.forgotten.add(ended)
+    start = time.time() - 100
+    for job in (running, waiting, quiet, ended):
+        registry.add(tracked(job, cluster="", submitted_at=start))
+    now = start + 50
+    rows = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0), now=now)
+    since = datetime.fromtimestamp(start).isoformat(timespec="seconds")
+    common = {"cluster": "fake", "name": "train", "submitted": since, "site": "mllab"}
+    assert rows == [
+        JobStatus(job_id=running, state="RUNNING", reason=None, explanation="",
+                  nodes="gpu[1-2]", elapsed="1:02", exit_code=None, source="squeue",
+                  gpus="gres:gpu:a100:2", **common),
+        JobStatus(job_id=waiting, state="PENDING", reason="Priority",
+                  explanation=explain("PENDING", "Priority", waiting), nodes=None,
+                  elapsed="0:00", exit_code=None, source="squeue", gpus="gres:gpu:a100:1",
+                  **common),
+        JobStatus(job_id=quiet, state="RUNNING", reason=None, explanation="", nodes="gpu1",
+                  elapsed="0:00", exit_code=None, source="squeue", gpus="gres:gpu:a100:1",
+                  **common),
+        JobStatus(job_id=ended, state="FAILED", reason="NonZeroExitCode", explanation="",
+                  nodes="gpu[1-2]", elapsed="0:05", exit_code=3, source="sacct",
+                  gpus="gres/gpu:a100=2", **common),
+    ]  # fmt: skip
+    user = slurm.jobs[running]["user"]
+    kept = {job: registry.get(job) for job in (running, waiting, quiet, ended)}
+    assert {j: (r.cluster, r.state, r.reason, r.exit_code, r.nodes) for j, r in kept.items()} == {
+        running: ("fake", "RUNNING", None, None, "gpu[1-2]"),
+        waiting: ("fake", "PENDING", "Priority", None, None),
+        quiet: ("fake", "RUNNING", None, None, "gpu1"),
+        ended: ("fake", "FAILED", "NonZeroExitCode", 3, "gpu[1-2]"),
+    }
+    assert {j: (r.stdout_path, r.stderr_path, r.gpus, r.elapsed) for j, r in kept.items()} == {
+        running: (f"/home/ana/run/out/train-gpu1-{user}.log", f"/abs/{running}.err",
+                  "gres:gpu:a100:2", "1:02"),
+        waiting: (f"/sq/dir/b-{waiting}.out", f"/sq/dir/b-{waiting}.out", "gres:gpu:a100:1",
+                  "0:00"),
+        quiet: (None, None, "gres:gpu:a100:1", "0:00"),
+        ended: (None, None, "gres/gpu:a100=2", "0:05"),
+    }  # fmt: skip
+    assert {r.state_checked_at for r in kept.values()} == {now}
+
+
+def test_a_recorded_end_is_shown_as_recorded(data: Path) -> None:
+    registry = Registry()
+    start = time.time() - 100
+    registry.add(
+        tracked("300", state="FAILED", reason="NonZeroExitCode", exit_code=3, nodes="gpu[1-2]",
+                elapsed="0:05", gpus="gres/gpu:a100=2", submitted_at=start),
+        tracked("301", state="COMPLETED", reason="Dependency", exit_code=0, submitted_at=start),
+    )  # fmt: skip
+    slurm = FakeSlurm()
+    rows = status(client=slurm.client(), registry=registry)
+    since = datetime.fromtimestamp(start).isoformat(timespec="seconds")
+    assert rows == [
+        JobStatus(job_id="300", cluster="fake", name="train", state="FAILED",
+                  reason="NonZeroExitCode", explanation=explain("FAILED", "NonZeroExitCode", "300"),
+                  nodes="gpu[1-2]", elapsed="0:05", exit_code=3, submitted=since, site="mllab",
+                  source="registry", gpus="gres/gpu:a100=2"),
+        JobStatus(job_id="301", cluster="fake", name="train", state="COMPLETED", reason=None,
+                  explanation=explain("COMPLETED", "Dependency", "301"), nodes=None,
+                  elapsed=None, exit_code=0, submitted=since, site="mllab", source="registry"),
+    ]  # fmt: skip
+    assert slurm.calls == []
+
+
+def test_jobs_nobody_knows_are_unknown_with_the_reason_why(data: Path) -> None:
+    registry = Registry()
+    registry.add(tracked("900"))
+    (row,) = status(client=FakeSlurm().client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (row.state, row.source, row.reason) == ("UNKNOWN", "none", None)
+    assert row.explanation == (
+        "neither squeue nor sacct knows this job (submitted on another cluster?)"
+    )
+    off = FakeSlurm(accounting=False)
+    (row,) = status(client=off.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert row.explanation == (
+        "Slurm no longer reports it (it ended over MinJobAge ago?) and accounting is off, so "
+        "its end state is unknown"
+    )
+
+
+def test_every_record_is_shown_in_order_whatever_comes_first(data: Path) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    start = time.time() - 100
+    array = slurm.add_array({0: ("RUNNING", "0:0")}, pending="1")
+    other = slurm.add_job(state="RUNNING", comment="clusterjob:someoneelse")
+    plain = slurm.add_job(state="RUNNING")
+    registry.add(
+        tracked("5", state="COMPLETED", exit_code=0, submitted_at=start),
+        tracked(array, script=array_script("0-1"), submitted_at=start + 1),
+        tracked(other, submitted_at=start + 2),
+        tracked("6", state="COMPLETED", exit_code=0, submitted_at=start + 3),
+        tracked(plain, submitted_at=start + 4),
+    )
+    rows = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert [(r.job_id, r.state) for r in rows] == [
+        ("5", "COMPLETED"), (array, "RUNNING"), (other, "UNKNOWN"), ("6", "COMPLETED"),
+        (plain, "RUNNING"),
+    ]  # fmt: skip
+    assert rows[2].explanation == (
+        f"Slurm's job {other} is another job now (the cluster was rebuilt and its job ids "
+        "started again?); this one's end is unknown"
+    )
+
+
+def test_a_rebuilt_clusters_job_known_only_to_sacct(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_job(state="COMPLETED")
+    slurm.forgotten.add(job)
+    registry = Registry()
+    registry.add(tracked(job, submitted_at=time.time() + 7200))  # sacct's is far older
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (row.state, row.source) == ("UNKNOWN", "none")
+    assert row.explanation.startswith(f"Slurm's job {job} is another job now")
+
+
+class OtherClusterFirst(FakeSlurm):
+    """sacct of a federation: the same id on another cluster, listed first."""
+
+    def _sacct(self, cmd: list[str], timeout: float) -> SlurmResult:
+        result = super()._sacct(cmd, timeout)
+        extra = [
+            self._line({**job, "cluster": "twin", "state": "COMPLETED", "end": "Unknown"},
+                       parse.SACCT_FIELDS)
+            for job in self.jobs.values()
+        ]  # fmt: skip
+        return self._ok(cmd, "".join(f"{x}\n" for x in extra) + result.stdout)
+
+
+def test_sacct_rows_of_another_cluster_are_not_taken(data: Path) -> None:
+    slurm = OtherClusterFirst()
+    job = slurm.add_job(state="FAILED", exit_code="2:0")
+    slurm.forgotten.add(job)
+    registry = Registry()
+    registry.add(tracked(job))
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (row.cluster, row.state, row.exit_code) == ("fake", "FAILED", 2)
+
+
+def test_status_defaults_to_recent_jobs_of_the_default_registry(data: Path) -> None:
+    slurm = FakeSlurm()
+    old = time.time() - 3 * 86400
+    Registry().add(
+        tracked("1", state="COMPLETED", exit_code=0, submitted_at=old),
+        tracked("2", state="COMPLETED", exit_code=0),
+    )
+    assert [r.job_id for r in status(client=slurm.client())] == ["2"]
+    assert [r.job_id for r in status(show_all=True, client=slurm.client())] == ["1", "2"]
+
+
+def test_jobs_clusterjob_did_not_submit(data: Path) -> None:
+    slurm = FakeSlurm()
+    running = slurm.add_job(state="RUNNING", reason="None")
+    gone = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="4:0")
+    slurm.forgotten.add(gone)
+    array = slurm.add_array({2: ("RUNNING", "0:0")}, name="sweep")
+    theirs = slurm.add_array({0: ("RUNNING", "0:0")}, comment="clusterjob:someoneelse")
+    empty = Registry(data / "other.db")
+    rows = status([array, running, gone, theirs], tasks=True, client=slurm.client(),
+                  registry=empty, cache=StatusCache(ttl=0))  # fmt: skip
+    assert [(r.job_id, r.state, r.source) for r in rows] == [
+        (array, "RUNNING", "squeue"), (running, "RUNNING", "squeue"),
+        (gone, "FAILED", "sacct"), (theirs, "RUNNING", "squeue"),
+    ]  # fmt: skip
+    assert rows[0] == JobStatus(
+        job_id=array, cluster="", name="sweep", state="RUNNING", reason=None,
+        explanation="1 task: 1 RUNNING", nodes="gpu1", elapsed=None, exit_code=None,
+        submitted=None, site="", source="squeue", gpus="gres:gpu:a100:1",
+        tasks_summary="1 task: 1 RUNNING", tasks=rows[0].tasks,
+    )  # fmt: skip
+    assert [t.job_id for t in rows[0].tasks] == [f"{array}_2"]
+    assert (rows[2].submitted, rows[2].site, rows[2].exit_code) == (None, "", 4)
+    assert rows[3].tasks_summary == "1 task: 1 RUNNING"
+
+
+class Recorded(FakeSlurm):
+    """Answers squeue and sacct with the rows given, whatever is asked."""
+
+    def __init__(self, squeue: list[dict[str, str]], sacct: list[dict[str, str]]) -> None:
+        super().__init__()
+        self.squeue_rows = squeue
+        self.sacct_rows = sacct
+
+    def _squeue(self, cmd: list[str], timeout: float) -> SlurmResult:
+        lines = [self._line(self._fields(**r), parse.SQUEUE_FIELDS) for r in self.squeue_rows]
+        return self._ok(cmd, "".join(f"{x}\n" for x in lines))
+
+    def _sacct(self, cmd: list[str], timeout: float) -> SlurmResult:
+        lines = [
+            self._line({**self._fields(**r), "end": "Unknown"}, parse.SACCT_FIELDS)
+            for r in self.sacct_rows
+        ]
+        return self._ok(cmd, "".join(f"{x}\n" for x in lines))
+
+
+def row_fields(job_id: str, state: str, reason: str = "None", **fields: str) -> dict[str, str]:
+    return {"job_id": job_id, "state": state, "reason": reason, **fields}
+
+
+def test_an_untracked_task_inside_a_pending_range(data: Path) -> None:
+    squeue = [row_fields("700_[4-9]", "PENDING", "JobArrayTaskLimit")]
+    rows = status(["700_5"], client=Recorded(squeue, []).client(), registry=Registry(),
+                  cache=StatusCache(ttl=0))  # fmt: skip
+    assert [(r.job_id, r.state, r.source, r.reason) for r in rows] == [
+        ("700_5", "PENDING", "squeue", "JobArrayTaskLimit")
+    ]
+    assert rows[0].explanation == explain("PENDING", "JobArrayTaskLimit", "700_5")
+    sacct = [row_fields("701_[0-3]", "CANCELLED", exit_code="0:15")]
+    (row,) = status(["701_2"], client=Recorded([], sacct).client(), registry=Registry(),
+                    cache=StatusCache(ttl=0))  # fmt: skip
+    assert (row.job_id, row.state, row.source) == ("701_2", "CANCELLED", "sacct")
+    assert row.explanation == explain("CANCELLED", None, "701_2")
+    with pytest.raises(UsageError) as info:
+        status(["702_1"], client=Recorded([], []).client(), registry=Registry(),
+               cache=StatusCache(ttl=0))  # fmt: skip
+    assert str(info.value) == "job 702_1: Slurm does not know it"
+
+
+def test_an_array_squeue_shows_whole_costs_no_sacct(data: Path) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    waiting = slurm.add_array({}, pending="0-3")
+    going = slurm.add_array({0: ("RUNNING", "0:0")}, pending="1-3")
+    registry.add(tracked(waiting, script=array_script("0-3")))
+    registry.add(tracked(going, script=array_script("0-3")))
+    status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert slurm.commands("sacct") == []
+    slurm.forgotten.add(f"{going}_0")  # task 0 ended: only sacct can say how
+    slurm.jobs[f"{going}_0"]["state"] = "COMPLETED"
+    status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    (asked,) = slurm.commands("sacct")
+    assert f"--jobs={going}" in asked
+
+
+def test_an_array_row_and_its_task_rows_in_full(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_array(
+        {0: ("COMPLETED", "0:0"), 1: ("RUNNING", "0:0")}, pending="2-3", elapsed="2:00",
+        reason="JobArrayTaskLimit",
+    )  # fmt: skip
+    slurm.forgotten.add(f"{job}_0")
+    slurm.jobs[f"{job}_0"]["alloc_tres"] = "gres/gpu:a100=1"
+    slurm.jobs[f"{job}_1"]["nodes"] = "gpu2"
+    start = time.time() - 100
+    registry = Registry()
+    request = {"task_args": [["a"], ["b c"], ["d"], ["e"]]}
+    registry.add(tracked(job, cluster="", script=array_script("0-3%1"), submitted_at=start,
+                         job_name="sweep", request=json.dumps(request)))  # fmt: skip
+    now = start + 10
+    (row,) = status(tasks=True, client=slurm.client(), registry=registry,
+                    cache=StatusCache(ttl=0), now=now)  # fmt: skip
+    since = datetime.fromtimestamp(start).isoformat(timespec="seconds")
+    summary = "4 tasks: 1 COMPLETED, 1 RUNNING, 2 PENDING"
+
+    def task(n: int, state: str, **fields: object) -> JobStatus:
+        values: dict[str, object] = {
+            "job_id": f"{job}_{n}", "cluster": "", "name": "sweep", "state": state,
+            "reason": None, "explanation": explain(state, None, f"{job}_{n}"), "nodes": None,
+            "elapsed": "2:00", "exit_code": None, "submitted": since, "site": "mllab",
+            "source": "squeue", "gpus": "gres:gpu:a100:1",
+        }  # fmt: skip
+        return JobStatus(**{**values, **fields})  # type: ignore[arg-type]
+
+    pending = {"reason": "JobArrayTaskLimit", "elapsed": "2:00"}
+    assert row == JobStatus(
+        job_id=job, cluster="", name="sweep", state="RUNNING", reason=None,
+        explanation=summary, nodes="gpu[1-2]", elapsed=None, exit_code=None, submitted=since,
+        site="mllab", source="squeue", gpus="gres/gpu:a100=1", tasks_summary=summary,
+        tasks=(
+            task(0, "COMPLETED", nodes="gpu1", exit_code=0, source="sacct",
+                 gpus="gres/gpu:a100=1", params="a"),
+            task(1, "RUNNING", nodes="gpu2", params="'b c'"),
+            task(2, "PENDING", params="d", **pending,
+                 explanation=explain("PENDING", "JobArrayTaskLimit", f"{job}_2")),
+            task(3, "PENDING", params="e", **pending,
+                 explanation=explain("PENDING", "JobArrayTaskLimit", f"{job}_3")),
+        ),
+    )  # fmt: skip
+    kept = registry.get(job)
+    assert (kept.cluster, kept.state, kept.reason, kept.exit_code, kept.nodes, kept.tasks) == (
+        "fake",
+        "RUNNING",
+        None,
+        None,
+        "gpu[1-2]",
+        None,
+    )
+    assert kept.state_checked_at == now
+    # all ended: the state, code and tasks are recorded
+    for n in (1, 2, 3):
+        slurm.jobs[f"{job}_{n}"] = {**slurm.jobs[f"{job}_1"], "job_id": f"{job}_{n}",
+                                    "state": "FAILED", "exit_code": f"{n}:0"}  # fmt: skip
+        slurm.forgotten.add(f"{job}_{n}")
+    del slurm.jobs[f"{job}_[2-3]"]
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (row.state, row.exit_code, row.tasks_summary, row.source) == (
+        "FAILED",
+        1,
+        "4 tasks: 1 COMPLETED, 3 FAILED (exit 1,2,3)",
+        "sacct",
+    )
+    kept = registry.get(job)
+    assert (kept.state, kept.exit_code) == ("FAILED", 1)
+    assert [t["state"] for t in json.loads(kept.tasks)] == ["COMPLETED"] + ["FAILED"] * 3
+    (again,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert again.source == "registry" and again.tasks_summary == row.tasks_summary
+
+
+def test_a_pending_array_says_why_after_its_summary(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_array({}, pending="0-1", reason="Priority")
+    registry = Registry()
+    registry.add(tracked(job, script=array_script("0-1")))
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (row.state, row.reason) == ("PENDING", "Priority")
+    assert row.explanation == "2 tasks: 2 PENDING; " + explain("PENDING", "Priority", job)
+
+
+def test_an_array_ended_in_squeue_before_sacct_is_recorded_as_running(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_array({0: ("COMPLETED", "0:0")})
+    slurm.unrecorded_end.add(f"{job}_0")
+    registry = Registry()
+    registry.add(tracked(job, script=array_script("0")))
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (row.state, row.exit_code) == ("COMPLETED", None)
+    kept = registry.get(job)
+    assert (kept.state, kept.exit_code, kept.tasks) == ("RUNNING", None, None)
+
+
+def test_tasks_nobody_knows_are_listed_unknown(data: Path) -> None:
+    slurm = FakeSlurm(accounting=False)
+    job = slurm.add_array({})
+    registry = Registry()
+    registry.add(tracked(job, script=array_script("0-1")))
+    (row,) = status(tasks=True, client=slurm.client(), registry=registry,
+                    cache=StatusCache(ttl=0))  # fmt: skip
+    assert [(t.job_id, t.state, t.source) for t in row.tasks] == [
+        (f"{job}_0", "UNKNOWN", "none"), (f"{job}_1", "UNKNOWN", "none")
+    ]  # fmt: skip
+    assert (row.state, row.source, row.tasks_summary) == ("UNKNOWN", "none", "2 tasks: 2 UNKNOWN")
+    with pytest.raises(UsageError) as info:
+        status([f"{job}_5"], client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert str(info.value) == f"job {job} has no task 5 (2 tasks: 2 UNKNOWN)"
+
+
+class SacctSays(FakeSlurm):
+    """sacct's view of some rows differs from squeue's (a requeue, a late echo)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sacct_fields: dict[str, dict[str, str]] = {}
+
+    def _sacct(self, cmd: list[str], timeout: float) -> SlurmResult:
+        saved = {j: dict(self.jobs[j]) for j in self.sacct_fields}
+        for j, fields in self.sacct_fields.items():
+            self.jobs[j].update(fields)
+        try:
+            return super()._sacct(cmd, timeout)
+        finally:
+            for j, fields in saved.items():
+                self.jobs[j] = fields
+
+
+def test_a_tasks_state_from_squeue_and_sacct(data: Path) -> None:
+    slurm = SacctSays()
+    job = slurm.add_array(
+        {0: ("COMPLETED", "0:0"), 1: ("RUNNING", "0:0"), 2: ("COMPLETED", "0:0"),
+         3: ("FAILED", "5:0")},
+    )  # fmt: skip
+    slurm.jobs[f"{job}_0"]["state"] = "PENDING"  # squeue: a late echo of the pending task
+    slurm.sacct_fields[f"{job}_0"] = {"state": "COMPLETED"}
+    slurm.sacct_fields[f"{job}_1"] = {"state": "COMPLETED"}  # requeued: squeue runs it again
+    slurm.jobs[f"{job}_2"]["reason"] = "Prolog"  # not a pending reason: dropped all the same
+    slurm.jobs[f"{job}_3"]["reason"] = "Dependency"  # a pending reason: dropped once ended
+    registry = Registry()
+    registry.add(tracked(job, script=array_script("0-3")))
+    (row,) = status(tasks=True, client=slurm.client(), registry=registry,
+                    cache=StatusCache(ttl=0))  # fmt: skip
+    assert [(t.state, t.reason, t.exit_code, t.source) for t in row.tasks] == [
+        ("COMPLETED", None, 0, "sacct"),
+        ("RUNNING", None, None, "squeue"),
+        ("COMPLETED", None, 0, "sacct"),
+        ("FAILED", None, 5, "sacct"),
+    ]
+
+
+def test_a_failed_tasks_own_reason_is_kept(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_array({0: ("FAILED", "5:0")})
+    slurm.jobs[f"{job}_0"]["reason"] = "NonZeroExitCode"
+    slurm.forgotten.add(f"{job}_0")
+    registry = Registry()
+    registry.add(tracked(job, script=array_script("0")))
+    (row,) = status(tasks=True, client=slurm.client(), registry=registry,
+                    cache=StatusCache(ttl=0))  # fmt: skip
+    assert [(t.state, t.reason) for t in row.tasks] == [("FAILED", "NonZeroExitCode")]
+
+
+def test_a_plain_row_among_an_arrays_rows_is_skipped(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_job(state="RUNNING")
+    slurm.jobs[f"{job}_1"] = {**slurm.jobs[job], "job_id": f"{job}_1"}
+    registry = Registry()
+    registry.add(tracked(job, script=array_script("1")))
+    (row,) = status(tasks=True, client=slurm.client(), registry=registry,
+                    cache=StatusCache(ttl=0))  # fmt: skip
+    assert [(t.job_id, t.state) for t in row.tasks] == [(f"{job}_1", "RUNNING")]
+
+
+def task_of(n: int, state: str, code: int | None = None, reason: str | None = None) -> _Task:
+    return _Task(n, state, reason, code, None, None, None, "sacct")
+
+
+@pytest.mark.parametrize(
+    ("tasks", "expected"),
+    [
+        ([("COMPLETED", 0), ("COMPLETED", 0)], ("COMPLETED", "2 tasks: 2 COMPLETED", 0)),
+        ([("COMPLETED", None)], ("COMPLETED", "1 task: 1 COMPLETED", 0)),
+        ([("FAILED", 7), ("FAILED", 3), ("COMPLETED", 0)],
+         ("FAILED", "3 tasks: 1 COMPLETED, 2 FAILED (exit 3,7)", 7)),
+        ([("CANCELLED", 9), ("FAILED", 3)],
+         ("FAILED", "2 tasks: 1 FAILED (exit 3), 1 CANCELLED (exit 9)", 3)),
+        ([("CANCELLED", 0), ("CANCELLED", 0)], ("CANCELLED", "2 tasks: 2 CANCELLED", 0)),
+        ([("CANCELLED", 0), ("CANCELLED", 15)],
+         ("CANCELLED", "2 tasks: 2 CANCELLED (exit 15)", 15)),
+        ([("CANCELLED", None), ("COMPLETED", 0)],
+         ("CANCELLED", "2 tasks: 1 COMPLETED, 1 CANCELLED", None)),
+        ([("RUNNING", None), ("FAILED", 3)],
+         ("RUNNING", "2 tasks: 1 FAILED (exit 3), 1 RUNNING", None)),
+        ([("PENDING", None), ("FAILED", 3)],
+         ("PENDING", "2 tasks: 1 FAILED (exit 3), 1 PENDING", None)),
+        ([("UNKNOWN", None), ("COMPLETED", 0)],
+         ("UNKNOWN", "2 tasks: 1 COMPLETED, 1 UNKNOWN", None)),
+    ],
+)  # fmt: skip
+def test_an_arrays_summary(
+    tasks: list[tuple[str, int | None]], expected: tuple[str, str, int | None]
+) -> None:
+    state, summary, code, reason = _summary([task_of(n, s, c) for n, (s, c) in enumerate(tasks)])
+    assert (state, summary, code) == expected
+    assert reason is None
+
+
+def test_an_arrays_pending_reason_is_its_first_tasks_own() -> None:
+    tasks = [task_of(0, "PENDING"), task_of(1, "PENDING", reason="Priority")]
+    assert _summary(tasks)[3] == "Priority"
+    assert _summary([task_of(0, "PENDING")])[3] is None
+
+
+# --- a requeued job ------------------------------------------------------------------------------
+
+
+class Restarts(FakeSlurm):
+    def __init__(self, restarts: str | None) -> None:
+        super().__init__()
+        self.restarts = restarts
+
+    def _scontrol(self, cmd: list[str], timeout: float) -> SlurmResult:
+        result = super()._scontrol(cmd, timeout)
+        if self.restarts is None:
+            return self._ok(cmd, re.sub(r"Restarts=\S+ ", "", result.stdout))
+        return self._ok(cmd, re.sub(r"Restarts=\S+", f"Restarts={self.restarts}", result.stdout))
+
+
+@pytest.mark.parametrize(
+    ("restarts", "start", "explanation"),
+    [
+        ("2", "N/A", "requeued (restart 2)"),
+        ("1", "2026-12-01T10:30:00", "requeued (restart 1), eligible at 10:30"),
+        ("0", "N/A", None),
+        (None, "N/A", None),
+        ("x", "N/A", None),
+    ],
+)
+def test_a_requeued_job_says_so(
+    data: Path, restarts: str | None, start: str, explanation: str | None
+) -> None:
+    slurm = Restarts(restarts)
+    job = slurm.add_job(state="PENDING", reason="BeginTime", start=start)
+    registry = Registry()
+    registry.add(tracked(job, script="#!/bin/bash\n#SBATCH --requeue\n"))
+    (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert row.explanation == (explanation or explain("PENDING", "BeginTime", job))
+    assert row.restarts == (int(restarts) if explanation else None)
+
+
+def test_restarts_only_for_a_requeued_job_waiting_to_begin(data: Path) -> None:
+    slurm = Restarts("3")
+    running = slurm.add_job(state="RUNNING", reason="BeginTime")
+    gone = slurm.add_job(state="PENDING", reason="BeginTime")
+    slurm.forgotten_by_scontrol.add(gone)
+    registry = Registry()
+    registry.add(tracked(running, script="#SBATCH --requeue\n"))
+    registry.add(tracked(gone, script="#SBATCH --requeue\n"))
+    rows = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert [r.restarts for r in rows] == [None, None]
+
+
+# --- the status cache ----------------------------------------------------------------------------
+
+
+def test_the_cache_file_per_host(data: Path, monkeypatch) -> None:
+    assert StatusCache().path == data / "status-cache.json"
+    assert StatusCache(host="ada@login-1.x").path == data / "status-cache-ada@login-1.x.json"
+    assert StatusCache(host="a b/c:D").path == data / "status-cache-a_b_c_D.json"
+    assert cache_for(StdinSlurm().client()).path == data / "status-cache-ada@login1.json"
+    assert cache_for(FakeSlurm().client()).path == data / "status-cache.json"
+    assert StatusCache().ttl == 10.0
+    monkeypatch.setenv("CLUSTERJOB_STATUS_CACHE_SECONDS", "0.5")
+    assert StatusCache().ttl == 0.5
+    monkeypatch.setenv("CLUSTERJOB_STATUS_CACHE_SECONDS", "0")
+    assert StatusCache().ttl == 0.0
+    for bad in ("-1", "soon", "nan"):
+        monkeypatch.setenv("CLUSTERJOB_STATUS_CACHE_SECONDS", bad)
+        with pytest.raises(UsageError) as info:
+            StatusCache()
+        assert str(info.value) == (
+            f"CLUSTERJOB_STATUS_CACHE_SECONDS={bad!r}: give a number of seconds (0: no cache)"
+        )
+
+
+def test_cache_freshness_and_coverage(tmp_path: Path) -> None:
+    cache = StatusCache(tmp_path / "a" / "b" / "cache.json", ttl=10)
+    cache.put("squeue", ["2", "1"], 100.0, stdout="x")
+    assert json.loads(cache.path.read_text()) == {
+        "squeue": {"at": 100.0, "ids": ["1", "2"], "stdout": "x"}
+    }
+    assert cache.get("squeue", ["1", "2"], 100.0) is not None
+    assert cache.get("squeue", ["1"], 109.9) is not None
+    assert cache.get("squeue", ["1"], 110.0) is None
+    assert cache.get("squeue", ["1"], 99.0) is None  # from the future: not trusted
+    assert cache.get("squeue", ["3"], 100.0) is None
+    assert cache.get("sacct", ["1"], 100.0) is None
+    assert StatusCache(cache.path, ttl=0.5).get("squeue", ["1"], 100.2) is not None
+    assert StatusCache(cache.path, ttl=0).get("squeue", ["1"], 100.0) is None
+    cache.path.write_text(json.dumps({"squeue": {"ids": ["1"]}}))
+    assert StatusCache(cache.path, ttl=10).get("squeue", ["1"], 10.5) is None
+    assert StatusCache(cache.path, ttl=10).get("squeue", ["1"], 9.5) is not None
+    cache.path.write_text(json.dumps({"squeue": {"at": 5.0}}))
+    assert cache.get("squeue", [], 6.0) == {"at": 5.0}
+    cache.path.write_text("[1, 2]")
+    assert cache.get("squeue", [], 6.0) is None
+    cache.put("sacct", ["1"], 7.0, stdout="")
+    assert json.loads(cache.path.read_text()) == {"sacct": {"at": 7.0, "ids": ["1"], "stdout": ""}}
+
+
+def test_sacct_answers_and_its_absence_are_cached(data: Path) -> None:
+    slurm = FakeSlurm(accounting=False)
+    job = slurm.add_job(state="COMPLETED")
+    slurm.forgotten.add(job)
+    registry = Registry()
+    registry.add(tracked(job))
+    cache = StatusCache(data / "c.json", ttl=10)
+    now = time.time()
+    status(client=slurm.client(), registry=registry, cache=cache, now=now)
+    assert json.loads(cache.path.read_text())["sacct"] == {
+        "at": now, "ids": [job], "disabled": True
+    }  # fmt: skip
+    (row,) = status(client=slurm.client(), registry=registry, cache=cache, now=now + 1)
+    assert row.state == "UNKNOWN" and "accounting is off" in row.explanation
+    assert len(slurm.commands("sacct")) == 1
+    on = FakeSlurm()
+    done = on.add_job(state="COMPLETED")
+    on.forgotten.add(done)
+    other = Registry(data / "o.db")
+    other.add(tracked(done))
+    cache = StatusCache(data / "d.json", ttl=10)
+    status([done], client=on.client(), registry=other, cache=cache, now=now)
+    assert set(json.loads(cache.path.read_text())["sacct"]) == {"at", "ids", "stdout"}
+    (row,) = status([done], client=on.client(), registry=other, cache=cache, now=now + 1)
+    assert row.state == "COMPLETED" and len(on.commands("sacct")) == 1
+
+
+# --- filters ---------------------------------------------------------------------------------
+
+
+def test_status_filter_keeps_every_match() -> None:
+    def row(name: str, state: str, submitted: str | None) -> JobStatus:
+        return JobStatus("1", "c", name, state, None, "", None, None, None, submitted, "s", "x")
+
+    rows = [row("a", "FAILED", "2026-12-01T10:00:00"), row("b", "RUNNING", "2026-12-01T11:00:00"),
+            row("c", "RUNNING", "2026-12-01T12:00:00")]  # fmt: skip
+    assert StatusFilter.parse(state="running").apply(rows) == rows[1:]
+    assert StatusFilter.parse(name="[bc]").apply(rows) == rows[1:]
+    noon = datetime(2026, 12, 1, 12, 0, 0).timestamp()
+    assert StatusFilter.parse(since="1h", now=noon).apply(rows) == rows[1:]
+    assert StatusFilter.parse(since="1h", now=noon).since == noon - 3600
+    assert StatusFilter.parse(since="2026-12-01T11:00:00").apply(rows) == rows[1:]
