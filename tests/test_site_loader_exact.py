@@ -16,7 +16,13 @@ import pytest
 from test_bad_input import SITE_CASES, SITES
 
 from clusterjob.site.loader import load_site, validate_site_file
-from clusterjob.site.model import CheckPolicy, JobEnvironment, OnError, PrologPolicy
+from clusterjob.site.model import (
+    CheckPolicy,
+    JobEnvironment,
+    OnError,
+    PrologPolicy,
+    RequestForm,
+)
 
 BASE = (SITES / "ok.yaml").read_text()
 
@@ -854,3 +860,248 @@ def test_a_site_is_read_from_the_descriptor_given(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     assert (site.name, site.source) == ("t", tmp_path / "named.yaml")
+
+
+# -- model groups, job defaults and partition limits, each refusal word for word ---------------
+
+ASKABLE = UNTYPED.replace("a100, nvml", "a100, constraint: fa, nvml").replace(
+    "v100, nvml", "v100, constraint: fv, nvml"
+)
+NEEDS_TWO = "model_groups.one.models: a group needs two models or more"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            ASKABLE + "model_groups: 3\n",
+            ["11: model_groups: expected a mapping of group name to group, got 3"],
+        ),
+        (
+            ASKABLE + "model_groups:\n  bad: 3\n  one: {models: [A100]}\n",
+            ["12: model_groups.bad: expected a mapping, got 3", f"13: {NEEDS_TWO}"],
+        ),
+        (
+            ASKABLE + "model_groups:\n  nomodels: {aliases: [x]}\n  one: {models: [A100]}\n",
+            ["12: model_groups.nomodels.models: required key missing", f"13: {NEEDS_TWO}"],
+        ),
+        (
+            ASKABLE + "model_groups:\n  any:\n    aliases: 3\n    models: [A100, V100]\n",
+            ["13: model_groups.any.aliases: expected a list of strings, got 3"],
+        ),
+        (
+            ASKABLE + "model_groups:\n  any:\n    models: 3\n",
+            ["13: model_groups.any.models: expected a list of strings, got 3"],
+        ),
+        (
+            ASKABLE
+            + "model_groups:\n  a100:\n    aliases: [fast, V100]\n    models: [A100, V100]\n",
+            [
+                "12: model_groups.a100: 'a100' already names model A100",
+                "13: model_groups.a100.aliases[1]: 'V100' already names model V100",
+            ],
+        ),
+        (
+            ASKABLE + "model_groups:\n  any:\n    models: [A100, H100]\n",
+            ["13: model_groups.any.models[1]: unknown model 'H100'; defined models: A100, V100"],
+        ),
+        (  # the line of `models:`, not of the group's name
+            ASKABLE + "model_groups:\n  one:\n    models: [A100]\n",
+            [f"13: {NEEDS_TWO}"],
+        ),
+        (  # one refusal per group: too few models, not also what the syntax cannot ask for
+            GRES_CONSTRAINT + "model_groups:\n  one:\n    models: [A100]\n",
+            [
+                "4: models.A100.constraint: required when gpu_request.syntax is gres+constraint",
+                "5: models.V100.constraint: required when gpu_request.syntax is gres+constraint",
+                f"13: {NEEDS_TWO}",
+            ],
+        ),
+        (  # one shared GRES type asks for either model: only the type's own warning
+            TWO_MODELS.replace("v100, nvml", "a100, nvml") + GROUP,
+            [
+                "5: warning: models.V100.gres_type: GRES type 'a100' is also the type of model "
+                "A100: Slurm cannot tell these models apart"
+            ],
+        ),
+    ],
+)
+def test_model_groups_word_for_word(tmp_path: Path, text: str, expected: list[str]) -> None:
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_a_model_group_as_loaded(tmp_path: Path) -> None:
+    text = ASKABLE + "model_groups:\n  any:\n    aliases: [fast]\n    models: [A100, V100]\n"
+    [group] = loaded(tmp_path, text).model_groups
+    assert (group.name, group.aliases, group.models) == ("any", ("fast",), ("A100", "V100"))
+
+
+def partition_with(*lines: str) -> str:
+    """BASE with its partition written one key a line (so each key has its own line)."""
+    block = '  gpu:\n    nodes: "n[1-2]"\n    default: true\n'
+    block += "".join(f"    {line}\n" for line in lines)
+    return BASE.replace('  gpu: {nodes: "n[1-2]", default: true}\n', block)
+
+
+GPU_ONLY = "GPUs are the request itself (gpu_request, --gpus, --model), not an extra GRES"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            BASE + "defaults: {qos: 3}\n",
+            ['10: defaults.qos: expected a string, got 3 (write "3" for text)'],
+        ),
+        (
+            BASE + "defaults: {mem_per_gpu: 3}\n",
+            ['10: defaults.mem_per_gpu: expected a string, got 3 (write "3" for text)'],
+        ),
+        (
+            BASE + "defaults: {time: 3}\n",
+            ['10: defaults.time: expected a string, got 3 (write "3" for text)'],
+        ),
+        (BASE + "defaults: {gres: 3}\n", ["10: defaults.gres: expected a list of strings, got 3"]),
+        (
+            BASE + 'defaults: {gres: ["gpu:a100:2", "nvme", "gpu"]}\n',
+            [f"10: defaults.gres[0]: {GPU_ONLY}", f"10: defaults.gres[2]: {GPU_ONLY}"],
+        ),
+        (
+            BASE + 'defaults: {sbatch: ["--hint=x\\n--exclusive", "--a\\r--b", "--ok"]}\n',
+            [
+                "10: defaults.sbatch[0]: one option per item",
+                "10: defaults.sbatch[1]: one option per item",
+            ],
+        ),
+        (  # every bad entry is named, not only the first
+            BASE + "defaults:\n  qos_by_time: [x, y]\n",
+            [
+                "11: defaults.qos_by_time[0]: expected a mapping, got 'x'",
+                "11: defaults.qos_by_time[1]: expected a mapping, got 'y'",
+            ],
+        ),
+        (
+            BASE + 'defaults:\n  qos_by_time: [{max_time: "1:00:00"}, {max_time: "2:00:00"}]\n',
+            [
+                "11: defaults.qos_by_time[0].qos: required key missing",
+                "11: defaults.qos_by_time[1].qos: required key missing",
+            ],
+        ),
+        (
+            BASE
+            + "defaults:\n  qos_by_time: [{max_time: soon, qos: a}, {max_time: later, qos: b}]\n",
+            [
+                "11: defaults.qos_by_time[0].max_time: not a Slurm time: 'soon' (e.g. 2:00:00)",
+                "11: defaults.qos_by_time[1].max_time: not a Slurm time: 'later' (e.g. 2:00:00)",
+            ],
+        ),
+        (
+            BASE + 'defaults:\n  qos_by_time: [{max_time: "1:00:00", qos: 3}]\n',
+            ['11: defaults.qos_by_time[0].qos: expected a string, got 3 (write "3" for text)'],
+        ),
+        (
+            BASE.replace("type_required: true}", "type_required: true, memory: x}"),
+            ["2: gpu_request.memory: expected one of mem-per-gpu, mem, got 'x'"],
+        ),
+        (
+            BASE.replace("type_required: true}", "type_required: true, multi_node: x}"),
+            ["2: gpu_request.multi_node: expected one of per-node, total, got 'x'"],
+        ),
+        (
+            BASE + "preflight: maybe\n",
+            ["10: preflight: expected one of required, warn, off, got 'maybe'"],
+        ),
+        (
+            partition_with("preflight: maybe"),
+            ["9: partitions.gpu.preflight: expected one of required, warn, off, got 'maybe'"],
+        ),
+        (
+            partition_with("max_nodes: 0"),
+            ["9: partitions.gpu.max_nodes: expected an integer >= 1, got 0"],
+        ),
+        (
+            partition_with("gpus_per_node: 0"),
+            ["9: partitions.gpu.gpus_per_node: expected an integer >= 1, got 0"],
+        ),
+        (
+            partition_with("max_gpus_per_job: 0"),
+            ["9: partitions.gpu.max_gpus_per_job: expected an integer >= 1, got 0"],
+        ),
+        (  # n3 is in the node map with no GPUs
+            partition_with("gpus_per_node: 1").replace(
+                '"n[1-2]"\n    default', '"n[1-3]"\n    default'
+            )
+            + '  - nodes: "n3"\n    gpus: []\n',
+            ["9: partitions.gpu.gpus_per_node: 1 GPUs per node, but n3 has fewer in the node map"],
+        ),
+        (
+            partition_with('time_limit: "1:00:00"', 'defaults: {time: "2:00:00"}'),
+            [
+                "10: partitions.gpu.defaults.time: defaults.time 2:00:00 is longer than the "
+                "time_limit 1:00:00"
+            ],
+        ),
+        (
+            partition_with('time_limit: "1:00:00"') + 'defaults: {time: "2:00:00"}\n',
+            [
+                "9: partitions.gpu.time_limit: the site's defaults.time 2:00:00 is longer than "
+                "the time_limit 1:00:00"
+            ],
+        ),
+        (  # the partition's own bad time, not the site's good one, is what is refused
+            partition_with('time_limit: "1:00:00"', "defaults: {time: soon}")
+            + 'defaults: {time: "2:00:00"}\n',
+            [
+                "10: partitions.gpu.defaults.time: not a Slurm time: 'soon' "
+                "(e.g. 1:00:00, 2-00:00:00, 30)"
+            ],
+        ),
+        (
+            BASE.replace("nvml_names", 'constraint: "a b", nvml_names'),
+            [
+                "4: models.A100.constraint: not a node feature expression: 'a b' (features "
+                "joined with & or |, grouped with ( ) or [ ])"
+            ],
+        ),
+        (
+            BASE.replace("nvml_names", 'constraint: "a)(b", nvml_names'),
+            ["4: models.A100.constraint: unbalanced brackets in 'a)(b'"],
+        ),
+        (
+            BASE.replace("nvml_names", 'constraint: "(a", nvml_names'),
+            ["4: models.A100.constraint: unbalanced brackets in '(a'"],
+        ),
+    ],
+)
+def test_defaults_and_partition_limits_word_for_word(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_limits_a_job_can_meet_exactly_are_accepted(tmp_path: Path) -> None:
+    text = partition_with(
+        "gpus_per_node: 1",
+        "max_gpus_per_job: 1",
+        "max_nodes: 2",
+        'time_limit: "1:00:00"',
+        'defaults: {time: "1:00:00"}',
+        "preflight: warn",
+    ).replace("nvml_names", 'constraint: "(fX|f_b)&[c]", nvml_names')
+    site = loaded(tmp_path, text)
+    [gpu] = site.partitions
+    assert (gpu.gpus_per_node, gpu.max_gpus_per_job, gpu.max_nodes, gpu.preflight) == (
+        1,
+        1,
+        2,
+        "warn",
+    )
+    assert gpu.defaults.time == "1:00:00"
+    assert site.models[0].constraint == "(fX|f_b)&[c]"
+    assert loaded(tmp_path, partition_with("max_nodes: 1")).partitions[0].max_nodes == 1
+
+
+def test_a_site_without_request_forms_gets_the_default_forms(tmp_path: Path) -> None:
+    assert loaded(tmp_path, BASE).form == RequestForm()
+    text = BASE.replace("type_required: true}", "type_required: true, memory: mem}")
+    assert loaded(tmp_path, text).form == RequestForm(memory="mem")
