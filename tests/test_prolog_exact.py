@@ -8,19 +8,25 @@ the log are real files in a tree root alone can write, as on a node.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
+import time
+import types
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from trusted_tree import trusted_tmp_dir
 
 from clusterjob import __version__
-from clusterjob.errors import NvmlError, NvmlErrorKind, UsageError
+from clusterjob.errors import NvmlError, NvmlErrorKind, PreflightFailed, UsageError
 from clusterjob.gpu.inventory import Gpu, GpuInventory
 from clusterjob.node import preflight, prolog
+from clusterjob.node.checks import Finding, PreflightReport, Severity
+from clusterjob.site import admin, loader, nodeview
 
 SITE = Path(__file__).parent / "fixtures" / "slurm" / "sandbox_site.yaml"
 A100, V100 = "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"
@@ -457,3 +463,302 @@ def test_the_preflight_applies_the_sites_driver_minimums(
     env = {"SLURM_JOB_GPUS": "0"}
     report = preflight_of(site, env, read=Reader(*AS_MAPPED))
     assert [f.check_id for f in report.findings] == expected
+
+
+# -- timers, the alarm, the log line and the node map's sources ---------------------------------
+
+
+class Timers:
+    """``signal.setitimer`` recorded, never armed: no deadline of a test can end pytest."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, float]] = []
+
+    def __call__(self, which: int, seconds: float, interval: float = 0.0) -> tuple[float, float]:
+        self.calls.append((which, seconds))
+        return (0.0, 0.0)
+
+
+@pytest.fixture
+def timers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Timers]:
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGALRM, signal.SIGPROF)}
+    recorded = Timers()
+    monkeypatch.setattr(prolog.signal, "setitimer", recorded)
+    try:
+        yield recorded
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+REAL, PROF = signal.ITIMER_REAL, signal.ITIMER_PROF
+
+
+def test_the_alarm_is_armed_past_the_deadline_wall_and_cpu_time(timers: Timers) -> None:
+    run = prolog.PrologRun(node="n", job_id=None, log_override=None, deadline_override=10.0)
+    run.arm_alarm()
+    [(real, at), (prof, cpu)] = timers.calls
+    assert (real, prof) == (REAL, PROF)
+    assert 10.4 < at <= 10.5  # half a second past what is left
+    assert 11.9 < cpu <= 12.0  # two seconds of CPU time past it
+    assert signal.getsignal(signal.SIGALRM) == run._on_alarm
+    assert signal.getsignal(signal.SIGPROF) == signal.SIG_DFL
+    run.disarm()
+    assert timers.calls[2:] == [(REAL, 0), (PROF, 0)]
+
+
+def test_an_alarm_armed_past_the_deadline_still_fires(timers: Timers) -> None:
+    run = prolog.PrologRun(node="n", job_id=None, log_override=None, deadline_override=0.0)
+    run.arm_alarm()
+    assert timers.calls == [(REAL, 0.51), (PROF, 2.01)]  # from 0.01s left, not from none
+
+
+def test_the_alarm_gives_the_timeout_verdict_then_ends_the_process(
+    node: Node, timers: Timers, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exits: list[object] = []
+    killed: list[bool] = []
+    monkeypatch.setattr(prolog.os, "_exit", exits.append)
+    monkeypatch.setattr(prolog, "kill_children", lambda: killed.append(True))
+    run = prolog.PrologRun(
+        node="gpu1", job_id="9", log_override=str(node.log), deadline_override=7.5
+    )
+    run._on_alarm(signal.SIGALRM, None)
+    assert exits == [1]
+    assert killed == [True]
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL  # a second alarm ends it
+    assert timers.calls == [(REAL, 1.0), (REAL, 0), (PROF, 0)]
+    assert lines(capsys) == [
+        "clusterjob prolog: gpu1: GPUs not checked: no verdict within the 7.5s deadline -- "
+        "draining (on_error=drain, site policy unknown)"
+    ]
+    [record] = node.logged()
+    assert (record["error"], record["reason"]) == ("timeout", "no verdict within the 7.5s deadline")
+
+
+def test_the_run_keeps_the_deadline_it_was_given(node: Node, timers: Timers) -> None:
+    assert node.run(deadline=7.0) == 0
+    first, after_site = timers.calls[0], timers.calls[2]
+    assert first[0] == after_site[0] == REAL
+    assert 7.4 < first[1] <= 7.5
+    assert 7.4 < after_site[1] <= 7.5
+
+
+def test_nvml_gets_what_is_left_of_the_deadline(
+    node: Node, timers: Timers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[float | None] = []
+
+    def read_inventory(timeout=None, *, isolate=False, deadline=None):  # noqa: ANN001, ANN202
+        asked.extend((timeout, deadline))
+        return inventory(*AS_MAPPED)
+
+    monkeypatch.setattr(prolog, "read_inventory", read_inventory)
+    assert node.run(deadline=0.5) == 0
+    timeout, deadline = asked
+    assert 0.01 <= timeout <= 0.5  # never more than the deadline leaves
+    assert deadline == 0.5
+
+
+class FlushCounting(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[str] = []
+
+    def flush(self) -> None:
+        self.flushed.append(self.getvalue())
+        super().flush()
+
+
+def test_each_line_is_flushed_as_it_is_said() -> None:
+    err = FlushCounting()
+    run = prolog.PrologRun(
+        node="n", job_id=None, log_override=None, deadline_override=None, err=err
+    )
+    run.say("one")
+    assert err.flushed == ["clusterjob prolog: one\n"]
+
+
+def test_the_log_line_says_the_time_taken_to_the_millisecond(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        prolog, "time", types.SimpleNamespace(monotonic=lambda: 1000.0, strftime=time.strftime)
+    )
+    run = prolog.PrologRun(
+        node="gpu1",
+        job_id="9",
+        log_override=str(node.log),
+        deadline_override=None,
+        started=1000.0 - 1.2345678,
+    )
+    assert run.log({"outcome": "x"}) is None
+    [record] = node.logged()
+    assert record["elapsed_s"] == 1.235
+
+
+def test_a_log_path_that_is_a_directory_is_named_with_the_systems_words(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert node.run(log=str(node.root)) == 0
+    assert lines(capsys) == [
+        f"clusterjob prolog: warning: cannot write log {node.root}: Is a directory"
+    ]
+
+
+def test_an_unchecked_node_that_passes_still_shows_the_notes(
+    node: Node, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    node.write_site("pass")
+    node.answer = NvmlError(NvmlErrorKind.DRIVER_NOT_LOADED, "driver gone")
+    cache = tmp_path / "cache"  # under the sticky, world-writable /tmp: not root's alone
+    assert node.run(cache_dir=str(cache)) == 0
+    said = lines(capsys)
+    assert said[0] == (
+        "clusterjob prolog: warning: gpu1: GPUs not checked: NVML: driver gone -- passing "
+        "(on_error=pass)"
+    )
+    assert said[1].startswith(f"clusterjob prolog: warning: cache not used: refusing {cache}: ")
+    assert len(said) == 2
+
+
+def test_an_unchecked_node_names_the_log_it_could_not_write(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node.answer = NvmlError(NvmlErrorKind.DRIVER_NOT_LOADED, "driver gone")
+    assert node.run(log=str(node.root)) == 1
+    assert lines(capsys) == [
+        "clusterjob prolog: gpu1: GPUs not checked: NVML: driver gone -- draining "
+        f"(on_error=drain); cannot write log {node.root}: Is a directory"
+    ]
+
+
+def test_the_prolog_applies_the_sites_driver_minimum(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node.write_site(extra='checks: {driver_min: "560"}\n')
+    assert node.run() == 1
+    [line] = lines(capsys)
+    assert line.startswith("clusterjob prolog: driver-version: ")
+
+
+def test_the_prolog_applies_the_sites_cuda_minimum(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node.write_site(extra='checks: {cuda_min: "12.6"}\n')
+    assert node.run() == 1
+    [line] = lines(capsys)
+    assert line.startswith("clusterjob prolog: driver-version: ")
+
+
+def test_a_lost_gpu_is_one_error_finding_for_the_node() -> None:
+    report = prolog._lost_report("gpu1", NvmlError(NvmlErrorKind.GPU_LOST, "GPU is lost"))
+    lost = Finding("gpu-lost", Severity.ERROR, "gpu1", "gpu1: GPU is lost", found="lost")
+    assert report == PreflightReport(node="gpu1", findings=(lost,), rows=())
+
+
+def test_the_node_view_is_cached_under_the_site_files_real_path(node: Node) -> None:
+    assert node.run() == 0
+    entry = nodeview._cache_file(node.root / "cache", os.path.realpath(node.site), "gpu1")
+    assert sorted((node.root / "cache").iterdir()) == [entry]
+
+
+def test_a_compiled_node_map_beside_the_site_file_is_used(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled = admin.write_compiled(node.site)
+    compiled.chmod(0o644)
+
+    def no_yaml(*args: object, **kw: object) -> None:
+        raise AssertionError("the YAML was read")
+
+    monkeypatch.setattr(loader, "load_site", no_yaml)
+    assert node.run(cache_dir=str(node.root / "no-cache")) == 0
+
+
+def test_the_prolog_reads_the_jobs_gpus_as_the_prolog_sees_them(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In the Prolog an integer CUDA_VISIBLE_DEVICES alone names the node's own slots."""
+    assert node.run({"CUDA_VISIBLE_DEVICES": "7"}) == 1
+    [line] = lines(capsys)
+    assert line.startswith("clusterjob prolog: alloc-slot: ")
+
+
+AMD_SITE = """\
+site: amd
+gpu_request: {syntax: gpus-per-node}
+preflight: warn
+models:
+  MI250X: {vendor: amd, gres_type: mi250x}
+partitions:
+  standard-g: {nodes: "gpu1", default: true}
+node_map:
+  - nodes: "gpu1"
+    gpus: [{model: MI250X}]
+"""
+
+
+def test_the_preflight_cannot_check_an_amd_model(tmp_path: Path) -> None:
+    site = tmp_path / "amd.yaml"
+    site.write_text(AMD_SITE)
+    read = Reader()
+    with pytest.raises(PreflightFailed) as info:
+        preflight_of(site, {}, expect_model="mi250x", read=read)
+    assert str(info.value) == (
+        "cannot check MI250X GPUs: clusterjob reads GPUs through NVML (NVIDIA), and the site "
+        "gives MI250X no NVML name (an AMD GPU); where the preflight is required this stops the "
+        "job: set preflight: warn (or off) for the site or partition to run such jobs unchecked"
+    )
+    assert read.deadlines == []
+
+
+def test_the_preflight_names_this_node_in_its_findings() -> None:
+    report = preflight_of(SITE, {"SLURM_JOB_GPUS": "0"}, expect_count=2, read=Reader(*AS_MAPPED))
+    [finding] = report.findings
+    assert finding.node == "gpu1"
+    assert finding.message.startswith("gpu1")
+
+
+def test_the_preflight_prefers_the_steps_gpus_to_the_jobs() -> None:
+    env = {"SLURM_STEP_GPUS": "0", "SLURM_JOB_GPUS": "2"}
+    report = preflight_of(SITE, env, expect_model="A100", read=Reader(*AS_MAPPED))
+    assert report.findings == ()
+
+
+def test_the_preflight_warns_when_the_jobs_cpus_are_far_from_its_gpu() -> None:
+    read = Reader(*AS_MAPPED)
+    far = 1 + max(os.sched_getaffinity(0))
+    gpus = (replace(read.inventory.gpus[0], cpu_affinity=f"{far}-{far + 7}"),)
+    read.inventory = replace(read.inventory, gpus=gpus + read.inventory.gpus[1:])
+    report = preflight_of(SITE, {"SLURM_JOB_GPUS": "0"}, read=read)
+    assert [(f.check_id, f.severity.value) for f in report.findings] == [
+        ("numa-affinity", "warning")
+    ]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to leave one out")
+def test_the_jobs_cpus_are_this_processs_own() -> None:
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        assert preflight._job_cpus() == frozenset({min(before)})
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@pytest.mark.skipif(Path("/etc/clusterjob/site.yaml").exists(), reason="a site file of this host")
+def test_the_preflight_finds_the_site_by_slurms_cluster_name(tmp_path: Path) -> None:
+    sites = tmp_path / "config" / "clusterjob" / "sites"
+    sites.mkdir(parents=True)
+    (sites / "lab.yaml").write_text(
+        SITE.read_text().replace("cluster_name: sandbox", "cluster_name: mutantlab")
+    )
+    env = {
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "SLURM_CLUSTER_NAME": "mutantlab",
+        "SLURM_JOB_GPUS": "0",
+    }
+    read = Reader(*AS_MAPPED)
+    assert preflight_of(None, env, read=read).ok  # type: ignore[arg-type]
+    assert read.deadlines == [20.0]
