@@ -1496,3 +1496,28 @@ def test_status_filter_keeps_every_match() -> None:
     assert StatusFilter.parse(since="1h", now=noon).apply(rows) == rows[1:]
     assert StatusFilter.parse(since="1h", now=noon).since == noon - 3600
     assert StatusFilter.parse(since="2026-12-01T11:00:00").apply(rows) == rows[1:]
+
+
+def test_a_job_is_ours_up_to_ten_minutes_either_side_of_its_submission(data: Path) -> None:
+    slurm = FakeSlurm()
+    at = datetime(2026, 12, 1, 10, 10, 0)
+    early = slurm.add_job(state="RUNNING", submit="2026-12-01T10:00:00")
+    late = slurm.add_job(state="RUNNING", submit="2026-12-01T10:20:00", name="renamed")
+    registry = Registry()
+    registry.add(tracked(early, submitted_at=at.timestamp()))
+    registry.add(tracked(late, submitted_at=at.timestamp()))
+    rows = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0),
+                  now=at.timestamp())  # fmt: skip
+    assert [(r.job_id, r.state) for r in rows] == [(early, "RUNNING"), (late, "RUNNING")]
+
+
+def test_an_untracked_jobs_exit_code_while_squeue_still_shows_it(data: Path) -> None:
+    slurm = FakeSlurm()
+    running = slurm.add_job(state="RUNNING", reason="None")
+    ended = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="3:0")
+    slurm.unrecorded_end.add(ended)
+    rows = status([running, ended], client=slurm.client(), registry=Registry(),
+                  cache=StatusCache(ttl=0))  # fmt: skip
+    assert [(r.state, r.exit_code, r.source) for r in rows] == [
+        ("RUNNING", None, "squeue"), ("FAILED", 3, "squeue")
+    ]  # fmt: skip
