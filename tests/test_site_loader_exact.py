@@ -1105,3 +1105,307 @@ def test_a_site_without_request_forms_gets_the_default_forms(tmp_path: Path) -> 
     assert loaded(tmp_path, BASE).form == RequestForm()
     text = BASE.replace("type_required: true}", "type_required: true, memory: mem}")
     assert loaded(tmp_path, text).form == RequestForm(memory="mem")
+
+
+A100_LINE = '  A100: {gres_type: a100, nvml_names: ["NVIDIA A100-SXM4-80GB"]}\n'
+
+
+def with_models(block: str, base: str = BASE) -> str:
+    return base.replace(A100_LINE, block)
+
+
+SUBSTRING = (
+    "GRES type 'a100' is a substring of 'a100x' (model A100X): Slurm matches types by "
+    "substring, so asking for 'a100' can also select A100X GPUs"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            BASE.replace("models:\n" + A100_LINE, "models: 3\n"),
+            ["3: models: expected a mapping of model name to model, got 3"],
+        ),
+        (  # every model that is not a mapping is named, not only the first
+            with_models("  A100: 3\n  V100: 4\n"),
+            [
+                "4: models.A100: expected a mapping, got 3",
+                "5: models.V100: expected a mapping, got 4",
+            ],
+        ),
+        (
+            with_models(A100_LINE.replace("gres_type", "aliases: 3, gres_type")),
+            ["4: models.A100.aliases: expected a list of strings, got 3"],
+        ),
+        (
+            with_models('  A100: {gres_type: a100, nvml_names: "x"}\n'),
+            ["4: models.A100.nvml_names: expected a list of strings, got 'x'"],
+        ),
+        (
+            with_models(A100_LINE + '  a100: {gres_type: b100, nvml_names: ["B"]}\n'),
+            ["5: models.a100: model name collides with model A100 (names are case-insensitive)"],
+        ),
+        (
+            with_models(
+                A100_LINE + '  V100: {gres_type: v100, nvml_names: ["nvidia a100-sxm4-80gb", V]}\n'
+            ),
+            [
+                "5: models.V100.nvml_names: NVML name 'nvidia a100-sxm4-80gb' is already listed "
+                "for model A100"
+            ],
+        ),
+        (
+            with_models(A100_LINE.replace("gres_type", "vendor: intel, gres_type")),
+            ["4: models.A100.vendor: expected one of nvidia, amd, got 'intel'"],
+        ),
+        (  # every model with a bad vendor is named
+            with_models(
+                "  A100:\n    vendor: intel\n    gres_type: a100\n"
+                "  V100:\n    vendor: intel\n    gres_type: v100\n    nvml_names: [V]\n"
+            ),
+            [
+                "5: models.A100.vendor: expected one of nvidia, amd, got 'intel'",
+                "8: models.V100.vendor: expected one of nvidia, amd, got 'intel'",
+            ],
+        ),
+        (
+            with_models(A100_LINE.replace("gres_type", "defaults: {qos: 3}, gres_type")),
+            ['4: models.A100.defaults.qos: expected a string, got 3 (write "3" for text)'],
+        ),
+        (
+            with_models(A100_LINE.replace("gres_type", "gres_type_overlap: 3, gres_type")),
+            ["4: models.A100.gres_type_overlap: expected true or false, got 3"],
+        ),
+        (
+            with_models("  A100:\n    vendor: nvidia\n    gres_type: a100\n"),
+            ["5: models.A100.nvml_names: required key missing"],
+        ),
+        (
+            with_models(
+                A100_LINE + "  MI:\n    vendor: amd\n    gres_type: mi\n    nvml_names: [MI]\n"
+            ),
+            ["8: models.MI.nvml_names: an AMD GPU has no NVML name (NVML reads NVIDIA GPUs only)"],
+        ),
+        (
+            with_models(A100_LINE.replace("gres_type", "max_per_job: 0, gres_type")),
+            ["4: models.A100.max_per_job: expected an integer >= 1, got 0"],
+        ),
+        (  # a bad constraint is refused once, not also reported missing
+            GRES_CONSTRAINT.replace("a100, nvml", 'a100, constraint: "a b", nvml').replace(
+                "v100, nvml", "v100, constraint: fv, nvml"
+            ),
+            [
+                "4: models.A100.constraint: not a node feature expression: 'a b' (features "
+                "joined with & or |, grouped with ( ) or [ ])"
+            ],
+        ),
+        (  # the line of each model's gres_type; a substring warned about from either side
+            with_models(
+                "  A100:\n    nvml_names: [A]\n    gres_type: a100\n"
+                "  A100X:\n    nvml_names: [AX]\n    gres_type: a100x\n"
+                "  B:\n    nvml_names: [B]\n    gres_type: a100\n"
+            ),
+            [
+                f"6: warning: models.A100.gres_type: {SUBSTRING}",
+                "12: warning: models.B.gres_type: GRES type 'a100' is also the type of model "
+                "A100: Slurm cannot tell these models apart",
+                f"12: warning: models.B.gres_type: {SUBSTRING}",
+            ],
+        ),
+    ],
+)
+def test_models_word_for_word(tmp_path: Path, text: str, expected: list[str]) -> None:
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_a_models_job_cap_as_loaded(tmp_path: Path) -> None:
+    text = with_models(A100_LINE.replace("gres_type", "max_per_job: 1, gres_type"))
+    assert loaded(tmp_path, text).models[0].max_per_job == 1
+
+
+SLOT_LINE = '    gpus: [{model: A100, bus_id: "0000:07:00.0"}]\n'
+
+
+def with_gpus(line: str) -> str:
+    return BASE.replace(SLOT_LINE, line)
+
+
+def string_wanted(path: str) -> str:
+    return f'9: {path}: expected a string, got 3 (write "3" for text)'
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            with_gpus("    gpus: 3\n"),
+            ["9: node_map[0].gpus: expected a list of GPUs (in PCI bus order), got 3"],
+        ),
+        (  # every slot that is not a mapping is named
+            with_gpus("    gpus: [3, 4]\n"),
+            [
+                "9: node_map[0].gpus[0]: expected a mapping such as {model: A100}, got 3",
+                "9: node_map[0].gpus[1]: expected a mapping such as {model: A100}, got 4",
+            ],
+        ),
+        (
+            with_gpus('    gpus: [{model: 3, bus_id: "0000:07:00.0"}]\n'),
+            [string_wanted("node_map[0].gpus[0].model")],
+        ),
+        (
+            with_gpus("    gpus: [{model: A100, bus_id: 3}]\n"),
+            [string_wanted("node_map[0].gpus[0].bus_id")],
+        ),
+        (
+            with_gpus('    gpus: [{model: A100, bus_id: "0000:07:00.0", uuid: 3}]\n'),
+            [string_wanted("node_map[0].gpus[0].uuid")],
+        ),
+        (  # each unknown model named; a case slip gets the canonical name as a hint
+            with_gpus(
+                '    gpus: [{model: a100, bus_id: "0000:07:00.0"}, '
+                '{model: B, bus_id: "0000:08:00.0"}]\n'
+            ),
+            [
+                "9: node_map[0].gpus[0].model: unknown model 'a100' (write the canonical name "
+                "'A100'); defined models: A100",
+                "9: node_map[0].gpus[1].model: unknown model 'B'; defined models: A100",
+            ],
+        ),
+        (
+            with_gpus(
+                '    gpus: [{model: A100, bus_id: "0000:07:00.0"}, '
+                '{model: A100, bus_id: "0000:07:00.0"}]\n'
+            ),
+            [
+                "9: node_map[0].gpus[1].bus_id: bus ID 0000:07:00.0 is already used by slot 0 of "
+                "this node"
+            ],
+        ),
+        (
+            with_gpus('    gpus: [{model: A100, bus_id: "0000:07:00.0", nvlinks: 37}]\n'),
+            ["9: node_map[0].gpus[0].nvlinks: a GPU has at most 36 NVLink links, got 37"],
+        ),
+        (BASE.split("node_map:")[0], ["1: node_map: required key missing"]),
+        (BASE.replace("models:\n" + A100_LINE, ""), ["1: models: required key missing"]),
+        (BASE + "templates: 3\n", ['10: templates: expected a string, got 3 (write "3" for text)']),
+    ],
+)
+def test_node_map_slots_word_for_word(tmp_path: Path, text: str, expected: list[str]) -> None:
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_what_a_site_gets_when_it_leaves_things_out(tmp_path: Path) -> None:
+    site = loaded(tmp_path, BASE)
+    assert site.templates_dir is None
+    assert site.checks == CheckPolicy()
+    assert site.preflight == "required"
+    assert site.cluster_name is None
+    text = BASE + "cluster_name: lab\n"
+    assert loaded(tmp_path, text).cluster_name == "lab"
+
+
+def test_a_slot_with_the_most_nvlinks_there_are(tmp_path: Path) -> None:
+    text = with_gpus('    gpus: [{model: A100, bus_id: "0000:07:00.0", nvlinks: 36}]\n')
+    [slot] = loaded(tmp_path, text).node_map.nodes["n1"]
+    assert slot.nvlinks == 36
+
+
+NODE_MAP = 'node_map:\n  - nodes: "n[1-2]"\n    gpus: [{model: A100, bus_id: "0000:07:00.0"}]\n'
+PARTITION = '  gpu: {nodes: "n[1-2]", default: true}\n'
+
+
+def with_node_map(block: str) -> str:
+    return BASE.replace(NODE_MAP, "node_map:\n" + block)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            with_node_map(
+                '  - nodes: n1\n    gpus: [{model: A100, bus_id: "0000:07:00.0", uuid: GPU-1}]\n'
+                '  - nodes: n2\n    gpus: [{model: A100, bus_id: "0000:07:00.0", uuid: GPU-1}]\n'
+            ),
+            ["11: node_map[1].gpus[0].uuid: UUID GPU-1 is already given to n1 slot 0"],
+        ),
+        (  # a slot out of order still takes its bus ID: a later duplicate names it
+            with_node_map(
+                '  - nodes: "n[1-2]"\n    gpus: [{model: A100, bus_id: "0000:08:00.0"}, '
+                '{model: A100, bus_id: "0000:07:00.0"}, {model: A100, bus_id: "0000:07:00.0"}]\n'
+            ),
+            [
+                "9: node_map[0].gpus[1].bus_id: GPUs must be listed in PCI bus order: "
+                "0000:07:00.0 comes before 0000:08:00.0 (slot 0)",
+                "9: node_map[0].gpus[2].bus_id: bus ID 0000:07:00.0 is already used by slot 1 "
+                "of this node",
+            ],
+        ),
+        (
+            with_node_map('  - 3\n  - 4\n  - nodes: "n[1-2]"\n    gpus: [{model: A100}]\n'),
+            [
+                "8: node_map[0]: expected a mapping, got 3",
+                "9: node_map[1]: expected a mapping, got 4",
+            ],
+        ),
+        (  # the line of `nodes:`, not of the entry
+            with_node_map('  - gpus: [{model: A100}]\n\n    nodes: "n[1-2"\n'),
+            [
+                "6: partitions.gpu.nodes: not in node_map: n[1-2]",
+                "10: node_map[0].nodes: bad hostlist 'n[1-2': unbalanced brackets",
+            ],
+        ),
+        (
+            with_node_map(
+                '  - nodes: "n[1-2]"\n    gpus: [{model: A100}]\n'
+                "  - nodes: n2\n    gpus: [{model: A100}]\n"
+            ),
+            ["10: node_map[1].nodes: n2 already defined in node_map[0] (line 8)"],
+        ),
+        (
+            BASE.replace(PARTITION, '  gpu: 3\n  cpu: 4\n  x: {nodes: "n[1-2]", default: true}\n'),
+            [
+                "6: partitions.gpu: expected a mapping, got 3",
+                "7: partitions.cpu: expected a mapping, got 4",
+            ],
+        ),
+        (
+            BASE.replace(PARTITION, '  gpu: {nodes: "n[1-2", default: true}\n'),
+            ["6: partitions.gpu.nodes: bad hostlist 'n[1-2': unbalanced brackets"],
+        ),
+        (
+            BASE.replace(PARTITION, '  gpu: {nodes: "n[1-2]", default: true, time_limit: 3}\n'),
+            ['6: partitions.gpu.time_limit: expected a string, got 3 (write "3" for text)'],
+        ),
+        (
+            BASE.replace(
+                PARTITION,
+                '  gpu: {nodes: "n[1-2]", default: true, time_limit: soon}\n'
+                '  cpu: {nodes: "n[1-2]", time_limit: later}\n',
+            ),
+            [
+                "6: partitions.gpu.time_limit: not a Slurm time limit: 'soon' "
+                "(e.g. 2-00:00:00, 12:00:00, 30)",
+                "7: partitions.cpu.time_limit: not a Slurm time limit: 'later' "
+                "(e.g. 2-00:00:00, 12:00:00, 30)",
+            ],
+        ),
+        (  # the line of the partition's `nodes:`
+            BASE.replace(PARTITION, '  gpu:\n    default: true\n\n    nodes: "n[1-3]"\n'),
+            ["9: partitions.gpu.nodes: not in node_map: n3"],
+        ),
+    ],
+)
+def test_node_map_and_partitions_word_for_word(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_a_partition_as_loaded_keeps_its_nodes_and_job_environment(tmp_path: Path) -> None:
+    text = BASE.replace(
+        PARTITION, '  gpu: {nodes: "n[1-2]", default: true, job: {python: /opt/py/bin/python}}\n'
+    )
+    [gpu] = loaded(tmp_path, text).partitions
+    assert gpu.nodes == "n[1-2]"
+    assert gpu.job.python == "/opt/py/bin/python"
