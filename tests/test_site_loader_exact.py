@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from test_bad_input import SITE_CASES, SITES
 
-from clusterjob.site.loader import load_site, validate_site_file
+from clusterjob.errors import ConfigIssue
+from clusterjob.site.loader import MAX_BYTES, load_site, validate_site_file
 from clusterjob.site.model import (
     CheckPolicy,
     JobEnvironment,
@@ -1409,3 +1410,47 @@ def test_a_partition_as_loaded_keeps_its_nodes_and_job_environment(tmp_path: Pat
     [gpu] = loaded(tmp_path, text).partitions
     assert gpu.nodes == "n[1-2]"
     assert gpu.job.python == "/opt/py/bin/python"
+
+
+@pytest.mark.parametrize(
+    ("raw", "line", "message"),
+    [
+        (b"", 1, "empty file: expected a site config mapping"),
+        (b"   \n# only a comment\n", 1, "empty file: expected a site config mapping"),
+        (BASE.encode() + b"x: a\x07b\n", 10, "YAML error: special characters are not allowed"),
+        (
+            b"site: [a, b\n",
+            2,
+            "YAML syntax error: while parsing a flow sequence (started at line 1): expected ',' "
+            "or ']', but got '<stream end>'",
+        ),
+        (BASE.encode() + b"y: \xff\n", 10, "not UTF-8 text: byte 0xff cannot be decoded"),
+    ],
+)
+def test_files_that_are_no_yaml_mapping(
+    tmp_path: Path, raw: bytes, line: int, message: str
+) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_bytes(raw)
+    assert validate_site_file(path) == (None, [ConfigIssue(str(path), line, "", message)])
+
+
+def test_a_directory_cannot_be_read_as_a_site(tmp_path: Path) -> None:
+    issue = ConfigIssue(str(tmp_path), None, "", "cannot read: Is a directory")
+    assert validate_site_file(tmp_path) == (None, [issue])
+
+
+def test_a_site_file_of_exactly_the_largest_size_is_read_to_its_last_byte(tmp_path: Path) -> None:
+    tail = BASE.encode() + b"cluster_name: lab7"  # no line break: the last byte counts
+    padding = b"#" * (MAX_BYTES - len(tail) - 1) + b"\n"
+    path = tmp_path / "site.yaml"
+    path.write_bytes(padding + tail)
+    assert path.stat().st_size == MAX_BYTES
+    site, issues = validate_site_file(path)
+    assert issues == []
+    assert site is not None and site.cluster_name == "lab7"
+    path.write_bytes(b"#" + padding + tail)
+    assert validate_site_file(path) == (
+        None,
+        [ConfigIssue(str(path), None, "", "file is larger than 16 MiB")],
+    )
