@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sqlite3
@@ -471,3 +472,28 @@ def test_repair_moves_a_shm_file_sqlite_left_beside_the_corrupt_one(tmp_path: Pa
     assert moved is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == [moved.name, f"{moved.name}-shm"]
     assert (tmp_path / f"{moved.name}-shm" / "inside").is_dir()
+
+
+class NoWalConnection(sqlite3.Connection):
+    """A connection on a filesystem without shared memory: SQLite keeps its old journal."""
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:  # type: ignore[override]
+        if sql == "PRAGMA journal_mode = WAL":
+            return super().execute("SELECT 'delete'")
+        return super().execute(sql, *args)  # type: ignore[arg-type]
+
+
+def test_a_filesystem_without_wal_gets_a_rollback_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(
+        registry.sqlite3, "connect", functools.partial(real_connect, factory=NoWalConnection)
+    )
+    path = tmp_path / "jobs.sqlite"
+    reg = Registry(path)
+    reg.add(record("1", "a"))
+    assert [r.job_id for r in reg.all()] == ["1"]
+    with contextlib.closing(real_connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.sqlite"]
