@@ -1454,3 +1454,66 @@ def test_a_site_file_of_exactly_the_largest_size_is_read_to_its_last_byte(tmp_pa
         None,
         [ConfigIssue(str(path), None, "", "file is larger than 16 MiB")],
     )
+
+
+ONE_HOUR = BASE.replace(
+    PARTITION, '  gpu: {nodes: "n[1-2]", default: true, time_limit: "1:00:00"}\n'
+)
+LONGER = (
+    "6: partitions.gpu.time_limit: the site's defaults.time 5:00:00 is longer than the "
+    "time_limit 1:00:00"
+)
+
+
+@pytest.mark.parametrize(
+    ("defaults", "expected"),
+    [
+        ("{}", [LONGER]),  # the check these cases must not reach
+        (
+            '{account: "{user}"}',
+            [
+                "10: defaults.account: unknown field {user}: the one field an account may hold "
+                "is {project}"
+            ],
+        ),
+        (
+            '{qos: a, qos_by_time: [{max_time: "1:00:00", qos: b}]}',
+            ["10: defaults.qos_by_time: give qos or qos_by_time, not both"],
+        ),
+        (
+            "{mem_per_gpu: lots}",
+            ["10: defaults.mem_per_gpu: not a Slurm memory size: 'lots' (e.g. 64G, 500M, 1T)"],
+        ),
+        ("{qos_by_time: [x]}", ["10: defaults.qos_by_time[0]: expected a mapping, got 'x'"]),
+        (
+            '{qos_by_time: [{max_time: "1:00:00"}]}',
+            ["10: defaults.qos_by_time[0].qos: required key missing"],
+        ),
+        (
+            "{qos_by_time: [{max_time: soon, qos: a}]}",
+            ["10: defaults.qos_by_time[0].max_time: not a Slurm time: 'soon' (e.g. 2:00:00)"],
+        ),
+        (
+            '{qos_by_time: [{max_time: "2:00:00", qos: a}, {max_time: "1:00:00", qos: b}]}',
+            [f"10: defaults.qos_by_time[1].{SHORTEST_FIRST}"],
+        ),
+        (
+            '{gres: ["gpu"]}',
+            [f"10: defaults.gres[0]: {GPU_ONLY}"],
+        ),
+    ],
+)
+def test_site_defaults_with_a_refusal_are_not_used_further(
+    tmp_path: Path, defaults: str, expected: list[str]
+) -> None:
+    """Refused site defaults are set aside whole: their time is not checked against limits."""
+    text = ONE_HOUR + f"defaults: {defaults[:-1]}{', ' if defaults != '{}' else ''}"
+    text += 'time: "5:00:00"}\n'
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_a_partition_with_a_refused_key_is_not_checked_further(tmp_path: Path) -> None:
+    text = partition_with("preflight: maybe", "max_nodes: 5")
+    assert issues_of(tmp_path, text) == [
+        "9: partitions.gpu.preflight: expected one of required, warn, off, got 'maybe'"
+    ]
