@@ -1517,3 +1517,39 @@ def test_a_partition_with_a_refused_key_is_not_checked_further(tmp_path: Path) -
     assert issues_of(tmp_path, text) == [
         "9: partitions.gpu.preflight: expected one of required, warn, off, got 'maybe'"
     ]
+
+
+@pytest.mark.parametrize(
+    ("job", "expected"),
+    [
+        ("{}", ["9: partitions.gpu.max_nodes: 5 nodes, but the partition has 2"]),
+        (
+            "{python: 3, venv: 4}",
+            [
+                '10: partitions.gpu.job.python: expected a string, got 3 (write "3" for text)',
+                '10: partitions.gpu.job.venv: expected a string, got 4 (write "4" for text)',
+            ],
+        ),
+        (
+            "{python: bin/python}",
+            ["10: partitions.gpu.job.python: not an absolute path: 'bin/python'"],
+        ),
+        (
+            "{python: /p, conda: c}",
+            [
+                "10: partitions.gpu.job.conda: give one of python, venv, conda (this entry also "
+                "has python)"
+            ],
+        ),
+        ("{setup: 3}", ["10: partitions.gpu.job.setup: expected a list of strings, got 3"]),
+        (
+            '{setup: ["a\\nb"]}',
+            ["10: partitions.gpu.job.setup[0]: one shell line per item"],
+        ),
+    ],
+)
+def test_a_partition_with_a_refused_job_environment_is_not_checked_further(
+    tmp_path: Path, job: str, expected: list[str]
+) -> None:
+    text = partition_with("max_nodes: 5", f"job: {job}")
+    assert issues_of(tmp_path, text) == expected
