@@ -1553,3 +1553,47 @@ def test_a_partition_with_a_refused_job_environment_is_not_checked_further(
 ) -> None:
     text = partition_with("max_nodes: 5", f"job: {job}")
     assert issues_of(tmp_path, text) == expected
+
+
+@pytest.mark.parametrize(
+    ("checks", "expected"),
+    [
+        (
+            "{driver_min: 3}",
+            ['10: partitions.gpu.checks.driver_min: expected a string, got 3 (write "3" for text)'],
+        ),
+        (
+            "{cuda_min: 3}",
+            ['10: partitions.gpu.checks.cuda_min: expected a string, got 3 (write "3" for text)'],
+        ),
+        (
+            "{severity: 3}",
+            [
+                "10: partitions.gpu.checks.severity: expected a mapping of check id to severity, "
+                "got 3"
+            ],
+        ),
+        (
+            "{severity: {gpu-hot: loud, gpu-lost: quiet}}",
+            [
+                "10: partitions.gpu.checks.severity.gpu-hot: expected one of error, warning, "
+                "off, got 'loud'",
+                "10: partitions.gpu.checks.severity.gpu-lost: expected one of error, warning, "
+                "off, got 'quiet'",
+            ],
+        ),
+    ],
+)
+def test_a_partition_with_refused_checks_is_not_checked_further(
+    tmp_path: Path, checks: str, expected: list[str]
+) -> None:
+    text = partition_with("max_nodes: 5", f"checks: {checks}")
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_each_unknown_check_id_is_named(tmp_path: Path) -> None:
+    said = issues_of(tmp_path, partition_with("max_nodes: 5", "checks: {severity: {a: x, b: y}}"))
+    assert [s.split("; valid:")[0] for s in said] == [
+        "10: partitions.gpu.checks.severity.a: unknown check id",
+        "10: partitions.gpu.checks.severity.b: unknown check id",
+    ]
