@@ -1597,3 +1597,40 @@ def test_each_unknown_check_id_is_named(tmp_path: Path) -> None:
         "10: partitions.gpu.checks.severity.a: unknown check id",
         "10: partitions.gpu.checks.severity.b: unknown check id",
     ]
+
+
+ANCHORS = "YAML anchors and aliases (&s, *s) are not supported in site configs; write the value out"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (BASE.replace("site: t", "site: &s t"), [f"1: site: {ANCHORS}"]),  # no alias: pure parser
+        (BASE.replace("site: t", "site: &s t") + "cluster_name: *s\n", [f"1: site: {ANCHORS}"]),
+        (
+            BASE.replace("site: t", "site: !custom t"),
+            ["1: site: YAML tags are not supported here (found !custom)"],
+        ),
+        (
+            BASE.replace("site: t", "&k site: t"),
+            ["1: keys must be plain text, got 'site'", "1: site: required key missing"],
+        ),
+        (  # each complex key is named
+            BASE + "? [a]\n: b\n? [c]\n: d\n",
+            [
+                "10: keys must be plain text, got a complex key",
+                "12: keys must be plain text, got a complex key",
+            ],
+        ),
+        ("# a & b\n", ["1: empty file: expected a site config mapping"]),  # the pure parser's
+    ],
+)
+def test_yaml_features_a_site_may_not_use(tmp_path: Path, text: str, expected: list[str]) -> None:
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_nesting_deeper_than_python_can_follow_is_one_issue(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text("&a " + "[" * 3000 + "]" * 3000 + "\n")
+    issue = ConfigIssue(str(path), None, "", "YAML nesting is too deep")
+    assert validate_site_file(path) == (None, [issue])
