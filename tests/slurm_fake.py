@@ -152,11 +152,20 @@ class FakeSlurm:
     def _line(self, job: dict[str, str], fields: Sequence[tuple[str, str]]) -> str:
         return parse.DELIMITER.join(job.get(name, "") for name, _ in fields)
 
+    @staticmethod
+    def _queued(job: dict[str, str]) -> dict[str, str]:
+        """squeue prints the exit code as one wait status: ``3:0`` -> 768, ``0:9`` -> 9 (a
+        value without ``:`` is printed as it is)."""
+        code, colon, sig = job["exit_code"].partition(":")
+        if not colon:
+            return job
+        return {**job, "exit_code": str(int(sig) if int(sig) else int(code) << 8)}
+
     def _squeue(self, cmd: list[str], timeout: float) -> SlurmResult:
         wanted = self._option(cmd, "--jobs")
         ids = wanted.split(",") if wanted else None
         lines = [
-            self._line(job, parse.SQUEUE_FIELDS)
+            self._line(self._queued(job), parse.SQUEUE_FIELDS)
             for job_id, job in self.jobs.items()
             if job_id not in self.forgotten and self._wanted(job_id, ids)
         ]
@@ -167,7 +176,8 @@ class FakeSlurm:
                     if job_id.startswith(base + "_[") and int(task) in array_task_ids(
                         job_id.split("_", 1)[1]
                     ):
-                        lines.append(self._line({**job, "job_id": wanted}, parse.SQUEUE_FIELDS))
+                        queued = self._queued({**job, "job_id": wanted})
+                        lines.append(self._line(queued, parse.SQUEUE_FIELDS))
         known = [j for j in self.jobs if self._wanted(j, ids)]
         if ids is not None and len(ids) == 1 and not known and not lines:
             return SlurmResult(tuple(cmd), 1, "", "slurm_load_jobs error: Invalid job id specified")

@@ -135,7 +135,7 @@ def test_a_lost_connection_makes_sbatch_look_its_token_up_not_submit_again(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "remote.log"
-    fields = ["4242", "sb", "PENDING", "None", "gpu", "", "0:00", "5:00", "N/A",
+    fields = ["4242", "sb", "PENDING", "0", "None", "gpu", "", "0:00", "5:00", "N/A",
               "2026-12-01T10:00:00", "N/A", "N/A", "N/A", "ada", "/remote/work",
               "/remote/work/slurm-4242.out", "/remote/work/slurm-4242.out", "clusterjob:tok1",
               "cj"]  # fmt: skip

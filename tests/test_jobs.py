@@ -174,16 +174,34 @@ def test_an_end_is_recorded_with_squeues_node_list_over_sacccts_first_node(data)
     assert registry.get(job_id).nodes == "gpu[1-2]"
 
 
-def test_an_end_known_to_nobody_but_squeue_is_not_recorded_without_its_code(data) -> None:
+def test_an_end_known_to_nobody_but_squeue_is_recorded_with_squeues_exit_code(data) -> None:
+    # Right after a job ends, slurmdbd has not recorded it: sacct still says RUNNING. squeue's
+    # exit_code column carries the code in the same call, so no per-job scontrol call is made
+    # (50 futures polled together once made one each, when many ended at once).
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="3:0")
+    slurm.unrecorded_end.add(job_id)
+    track(registry, slurm, job_id)
+    slurm.calls.clear()
+    (row,) = status(client=slurm.client(), registry=registry)
+    assert (row.state, row.exit_code, row.source) == ("FAILED", 3, "squeue")
+    assert [c[0] for c in slurm.calls] == ["squeue", "sacct"]
+    recorded = registry.get(job_id)
+    assert (recorded.state, recorded.exit_code) == ("FAILED", 3)
+
+
+def test_an_end_squeue_gives_no_code_for_is_not_recorded_until_one_is_known(data) -> None:
     slurm = FakeSlurm()
     registry = Registry()
     job_id = slurm.add_job(state="COMPLETED", reason="None")
     slurm.unrecorded_end.add(job_id)
     track(registry, slurm, job_id)
-    slurm.forgotten_by_scontrol.add(job_id)
+    slurm.jobs[job_id]["exit_code"] = "4294967294"  # Slurm's NO_VAL, as squeue would print it
     (row,) = status(client=slurm.client(), registry=registry)
     assert (row.state, row.exit_code) == ("COMPLETED", None)
     assert not parse.is_final(registry.get(job_id).state)  # asked again next time
+    slurm.jobs[job_id]["exit_code"] = "0:0"
     slurm.unrecorded_end.clear()
     (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
     assert (row.state, row.exit_code, row.source) == ("COMPLETED", 0, "sacct")

@@ -343,9 +343,9 @@ def test_wait_polls_for_the_code_of_a_task_squeue_shows_failed_before_sacct(data
 def test_wait_takes_an_end_without_a_code_as_final_after_a_grace(data: Path) -> None:
     slurm = FakeSlurm(accounting=False)  # no sacct: the code never comes
     registry = Registry()
-    job = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="2:0")
+    # squeue prints Slurm's NO_VAL for the code: an end without one
+    job = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="4294967294")
     registry.add(JobRecord(job, "fake", "s", "t1", "train", "#!", "", "", "/w", None, time.time()))
-    slurm.forgotten_by_scontrol.add(job)
     clock = [0.0]
 
     def sleep(seconds: float) -> None:
@@ -355,6 +355,21 @@ def test_wait_takes_an_end_without_a_code_as_final_after_a_grace(data: Path) -> 
                   clock=lambda: clock[0], cache=StatusCache(ttl=0))  # fmt: skip
     assert (result.exit_code, result.timed_out) == (1, False)
     assert clock[0] == 30  # EXIT_CODE_GRACE
+
+
+def test_wait_takes_squeues_exit_code_at_once_without_accounting(data: Path) -> None:
+    slurm = FakeSlurm(accounting=False)
+    registry = Registry()
+    job = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="2:0")
+    registry.add(JobRecord(job, "fake", "s", "t1", "train", "#!", "", "", "/w", None, time.time()))
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    result = wait([job], interval=10, client=slurm.client(), registry=registry, sleep=sleep,
+                  clock=lambda: clock[0], cache=StatusCache(ttl=0))  # fmt: skip
+    assert (result.exit_code, result.timed_out, clock[0]) == (2, False, 0)
 
 
 def test_wait_times_out_with_124(data: Path) -> None:

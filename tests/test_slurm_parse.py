@@ -614,3 +614,32 @@ def test_a_row_with_the_wrong_number_of_fields_is_refused() -> None:
     assert str(info.value) == (
         f"sacct line has {width + 1} fields, expected {width}: {sacct_line!r}"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0", (0, 0)),
+        ("768", (3, 0)),  # 22.05: exited with 3
+        ("9", (0, 9)),  # 22.05: killed by SIGKILL
+        ("15", (0, 15)),
+        ("65280", (255, 0)),
+        ("65536", (None, None)),
+        ("4294967294", (None, None)),  # NO_VAL
+        ("-2", (None, None)),
+        ("3:0", (3, 0)),  # 24.11 on
+        ("0:15", (0, 15)),
+        ("", (None, None)),
+        ("N/A", (None, None)),
+    ],
+)
+def test_squeues_exit_code_column_in_either_form(text: str, expected: tuple) -> None:
+    assert parse.parse_queued_exit_code(text) == expected
+
+
+def test_squeue_rows_carry_the_exit_code_of_an_ended_job() -> None:
+    jobs = {j.name: j for j in parse.parse_squeue(fixture("squeue_jobs_sandbox.txt"))}
+    assert (jobs["rec-fail"].state, jobs["rec-fail"].exit_code) == ("FAILED", 3)
+    assert (jobs["rec-ok"].exit_code, jobs["rec-ok"].signal) == (0, 0)
+    arrays = {j.job_id: j for j in parse.parse_squeue(fixture("squeue_array_done_sandbox.txt"))}
+    assert (arrays["516_3"].exit_code, arrays["516_0"].exit_code) == (7, 0)

@@ -119,6 +119,28 @@ def test_squeue_states_reasons_and_gpus_read_alike(release: str) -> None:
     assert jobs["rec-busy"].nodes == "h1"
 
 
+SQUEUE_EXIT_CODE = {"22.05": "768", "24.11": "3:0", "26.05": "3:0"}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_squeue_gives_an_ended_jobs_exit_code_on_every_release(release: str) -> None:
+    """The exit code comes with the state in the batched squeue call (no call per job before
+    slurmdbd has the end): 22.05 prints the wait status, 24.11 on sacct's ``code:signal``."""
+    jobs = by_name(release)
+    fields = [name for name, _ in parse.SQUEUE_FIELDS]
+    failed = next(
+        line.split(parse.DELIMITER)
+        for line in read(release, "squeue_jobs.txt").splitlines()
+        if line.endswith(parse.DELIMITER + "rec-failed")
+    )
+    assert failed[fields.index("exit_code")] == SQUEUE_EXIT_CODE[release]
+    assert (jobs["rec-failed"].exit_code, jobs["rec-failed"].signal) == (3, 0)
+    assert (jobs["rec-done"].exit_code, jobs["rec-done"].signal) == (0, 0)
+    accounted = {j.name: j for j in parse.parse_sacct(read(release, "sacct_jobs.txt"))}
+    for name in ("rec-done", "rec-both", "rec-failed"):
+        assert jobs[name].exit_code == accounted[name].exit_code
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_without_error_the_stderr_path_is_the_stdout_path(release: str) -> None:
     """squeue 24.11 and 26.05 print (null), scontrol 26.05 an empty StdErr=: the parsers
@@ -170,11 +192,11 @@ def test_nodes_partitions_and_scancel_read_alike(release: str) -> None:
         n.name: n
         for n in parse.parse_scontrol_nodes(read(release, "scontrol_show_node_detail.txt"))
     }
-    assert sorted(nodes) == ["gpu1", "gpu2", "gpu3", "h1"]
+    assert sorted(nodes) == ["gpu1", "gpu2", "gpu3", "h1", "mig1"]
     assert parse.gpu_counts(nodes["gpu1"].gres) == {"a100": 2, "v100": 2}
     assert parse.gpu_counts(nodes["h1"].gres_used) == {"h100": 8}
     parts = parse.parse_scontrol_partitions(read(release, "scontrol_show_partition.txt"))
-    assert [p.name for p in parts] == ["gpu", "suspect", "h100"]
+    assert [p.name for p in parts] == ["gpu", "suspect", "h100", "mig"]
     said = read(release, "scancel_verbose_unknown.stderr.txt")
     assert parse.parse_scancel_unknown(said) == ["99999"]
 

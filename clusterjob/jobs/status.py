@@ -293,7 +293,7 @@ def status(
             results.append(_from_record(record, state="UNKNOWN", note=note))
             continue
         if q is not None and not (parse.is_final(q.state) and a and parse.is_final(a.state)):
-            exit_code = _ended_exit_code(client, q) if parse.is_final(q.state) else None
+            exit_code = _exit_code(q)
             stdout = _expand(q.stdout, q, record) if q.stdout else None
             stderr = _expand(q.stderr, q, record) if q.stderr else None
             # squeue names only the nodes still completing while a job is COMPLETING: keep
@@ -311,7 +311,7 @@ def status(
                         elapsed=q.elapsed or None,
                     )
                 )
-            shown = _from_row(q, record, "squeue", exit_code=exit_code)
+            shown = _from_row(q, record, "squeue")
             results.append(_with_restarts(client, shown, q, record))
         elif a is not None:
             # Right after a multi-node job ends, sacct's record can name only its first node
@@ -356,11 +356,8 @@ def status(
             row = _task_row(queued, job_id) or _task_row(accounted, job_id)
         if row is None:
             raise UsageError(f"job {job_id}: Slurm does not know it")
-        code = None
-        if isinstance(row, parse.QueuedJob) and parse.is_final(row.state):
-            code = _ended_exit_code(client, row)
         source = "squeue" if isinstance(row, parse.QueuedJob) else "sacct"
-        shown = _from_row(row, None, source, exit_code=code)
+        shown = _from_row(row, None, source)
         results.append(shown if row.job_id == job_id else _replace_id(shown, job_id))
     registry.update_states(updates, checked_at=now)
     return results
@@ -709,21 +706,18 @@ def _gpus_of(row: parse.QueuedJob | parse.AccountedJob) -> str | None:
     return row.gpus_requested
 
 
-def _ended_exit_code(client: SlurmClient, row: parse.QueuedJob) -> int | None:
-    """The exit code of a job squeue shows as ended but sacct does not yet (slurmdbd records
-    the end a moment later): scontrol's live record has it as ``ExitCode=``."""
-    job = client.scontrol_job(row.job_id)
-    if job is None or not parse.is_final(job.state):
-        return None
-    return job.exit_code
+def _exit_code(row: parse.QueuedJob | parse.AccountedJob) -> int | None:
+    """An ended job's exit code; squeue has it (its ``exit_code`` column) in the same call
+    as the state, before slurmdbd has recorded the end for sacct. None while it runs."""
+    if isinstance(row, parse.AccountedJob):
+        return row.exit_code
+    return row.exit_code if parse.is_final(row.state) else None
 
 
 def _from_row(
     row: parse.QueuedJob | parse.AccountedJob,
     record: JobRecord | None,
     source: str,
-    *,
-    exit_code: int | None = None,
 ) -> JobStatus:
     return JobStatus(
         job_id=row.job_id,
@@ -734,7 +728,7 @@ def _from_row(
         explanation=explain(row.state, row.reason, row.job_id),
         nodes=row.nodes,
         elapsed=row.elapsed,
-        exit_code=row.exit_code if isinstance(row, parse.AccountedJob) else exit_code,
+        exit_code=_exit_code(row),
         submitted=_iso(record.submitted_at) if record else None,
         site=record.site if record else "",
         source=source,

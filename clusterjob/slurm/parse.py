@@ -26,6 +26,9 @@ SQUEUE_FIELDS = (
     ("job_id", "JobArrayID"),
     ("cluster", "Cluster"),
     ("state", "State"),
+    # The job's wait status as one number (exit code x 256, or the signal): an ended job's
+    # exit code before slurmdbd has recorded it, in the same call as its state.
+    ("exit_code", "exit_code"),
     ("reason", "Reason"),
     ("partition", "Partition"),
     ("nodes", "NodeList"),
@@ -275,6 +278,8 @@ class QueuedJob:
     job_id: str
     cluster: str
     state: str
+    exit_code: int | None  # meaningful once the state is final (is_final)
+    signal: int | None
     reason: str | None
     partition: str
     nodes: str | None
@@ -318,11 +323,14 @@ def parse_squeue(stdout: str) -> list[QueuedJob]:
         # a name containing the separator stays whole: it is the last field
         parts = parts[: width - 1] + [DELIMITER.join(parts[width - 1 :])]
         v = dict(zip((name for name, _ in SQUEUE_FIELDS), parts, strict=True))
+        code, sig = parse_queued_exit_code(v["exit_code"])
         jobs.append(
             QueuedJob(
                 job_id=v["job_id"].strip(),
                 cluster=v["cluster"].strip(),
                 state=normalise_state(v["state"]),
+                exit_code=code,
+                signal=sig,
                 reason=None if v["reason"] in ("None", "") else v["reason"],
                 partition=v["partition"],
                 nodes=_null(v["nodes"]),
@@ -375,6 +383,24 @@ def parse_exit_code(text: str) -> tuple[int | None, int | None]:
         return int(code), (int(sig) if sig else None)
     except ValueError:
         return None, None
+
+
+def parse_queued_exit_code(text: str) -> tuple[int | None, int | None]:
+    """squeue's ``exit_code`` column as (exit code, signal), as sacct's ``ExitCode``.
+
+    22.05 prints the wait status as one number (``768``: exited with 3; ``9``: killed by
+    signal 9); 24.11 on print sacct's form (``3:0``, ``0:9``). A number that is no 16-bit
+    status (Slurm's NO_VAL) -> (None, None)."""
+    if ":" in text:
+        return parse_exit_code(text)
+    try:
+        status = int(text)
+    except ValueError:
+        return None, None
+    if not 0 <= status <= 0xFFFF:
+        return None, None
+    signal = status & 0x7F
+    return (0, signal) if signal else (status >> 8, 0)
 
 
 def parse_sacct(stdout: str) -> list[AccountedJob]:
