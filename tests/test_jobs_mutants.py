@@ -1521,3 +1521,27 @@ def test_an_untracked_jobs_exit_code_while_squeue_still_shows_it(data: Path) -> 
     assert [(r.state, r.exit_code, r.source) for r in rows] == [
         ("RUNNING", None, "squeue"), ("FAILED", 3, "squeue")
     ]  # fmt: skip
+
+
+def test_a_timed_out_sbatch_is_found_by_its_token_not_submitted_twice(data: Path, mllab) -> None:
+    resolved, rendered = rendered_job(mllab)
+    slurm = FakeSlurm()
+    slurm.sbatch_plan = ["timeout_created"]
+    first = submit(mllab, resolved, rendered, client=slurm.client(), workdir="/w")
+    assert isinstance(first, Submitted) and first.job_id == "100"
+    slurm.sbatch_plan = ["timeout_created"]
+    again = resubmit("100", same_script=True, client=slurm.client())
+    assert again.job_id == "101"
+    assert len(slurm.commands("sbatch")) == 2 and sorted(slurm.jobs) == ["100", "101"]
+
+
+def test_a_script_without_its_token_is_refused_word_for_word(data: Path, mllab) -> None:
+    resolved, rendered = rendered_job(mllab)
+    broken = replace(rendered, script=rendered.script.replace("--comment", "--x"))
+    with pytest.raises(UsageError) as info:
+        submit(mllab, resolved, broken, client=FakeSlurm().client(), workdir="/w")
+    assert str(info.value) == (
+        f"the job script does not carry `#SBATCH --comment=clusterjob:{rendered.token}`; a "
+        "site template that overrides job.sh.j2 must keep that line (it makes submission "
+        "safe to retry)"
+    )
