@@ -19,10 +19,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return hook_main(args)
     if args[:1] == ["submit"]:  # python3 on PATH may be a shim that runs a process to name its
-        # interpreter: start it now, while Typer and the command load (see interpreter.py)
+        # interpreter: start it now, while Typer and the command load (see submit_python.py)
         import os
 
-        from clusterjob.jobscript.interpreter import start_find_submit_python
+        from clusterjob.jobscript.submit_python import start_find_submit_python
 
         start_find_submit_python(os.environ, for_later=True)
     from clusterjob.cli import run
