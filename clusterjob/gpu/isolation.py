@@ -15,14 +15,17 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
 
-__all__ = ["ReadTimedOut", "in_child", "in_thread", "kill_children"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
+    from collections.abc import Callable
+    from typing import Any, TypeVar
 
-T = TypeVar("T")
+    T = TypeVar("T")
+
+__all__ = ["ReadTimedOut", "in_child", "in_thread", "kill_children"]
 
 _CHILDREN: set[int] = set()  # reader children still running
 

@@ -11,11 +11,14 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Callable
-from typing import Any
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
 from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, MigDevice, cpu_list
 from clusterjob.pci import normalise_bus_id
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
+    from typing import Any
 
 __all__ = ["read_nvml"]
 

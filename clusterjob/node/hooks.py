@@ -11,12 +11,14 @@ import os
 import sys
 from collections.abc import Mapping
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, NoReturn
 
 from clusterjob.node.context import DEFAULT_CACHE_DIR, DEFAULT_SITE
 
+# The hooks run before every job: typing is not imported at run time (~3 ms of each Prolog).
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:
     import argparse
+    from typing import NoReturn
 
 __all__ = ["hook_main"]
 

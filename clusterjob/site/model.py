@@ -10,10 +10,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from clusterjob.gpu.models import model_for_nvml_name
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # the node side imports this module and never needs the syntaxes
     from clusterjob.site.gpu_syntax.base import GpuRequestSyntax
 

@@ -21,10 +21,13 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.site.model import CheckPolicy, NodeGpu, OnError, PrologPolicy, Site
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
+    from typing import Any
 
 CACHE_FORMAT = 7  # 3: a slot's nvlinks; 4: check policies; 5: a slot's MIG; 6: cuda_min;
 # 7: the GPU instance ids of its MIG slices

@@ -22,10 +22,13 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 from itertools import groupby
-from typing import Any, TypeVar
 
 from clusterjob.node.checks.facts import Facts, Need
 from clusterjob.node.checks.findings import Finding, Severity
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
+    from typing import Any, TypeVar
 
 __all__ = ["REGISTRY", "Check", "Observation", "Registry", "Scope", "Stage", "check"]
 
@@ -92,8 +95,8 @@ class Check:
 
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 
-
-F = TypeVar("F", bound=Callable[..., Iterable[Observation]])
+if TYPE_CHECKING:
+    F = TypeVar("F", bound=Callable[..., Iterable[Observation]])
 
 
 class Registry:
