@@ -129,7 +129,11 @@ def sweep(
 ) -> None:
     """A sweep of TASKS tasks (``submit --sweep``, one array job) against one ``sbatch`` of
     the same array script written by hand (clusterjob's own rendering of it), interleaved;
-    then the Slurm calls of one ``status`` over a 1,000-task sweep."""
+    then the Slurm calls of one ``status`` over a 1,000-task sweep.
+
+    Interleaved with them, where the sweep's time goes: a one-job ``submit`` (what the tasks
+    add over it is the per-task cost) and the sweep's ``--dry-run`` (everything before Slurm:
+    the interpreter, imports, the site, rendering; the rest is sbatch and the registry)."""
     tasks, rounds = (20, 3) if quick else (SWEEP_TASKS, 9)
     name = f"cjsweep-{os.getpid()}-{int(time.time())}"
     values = ",".join(str(i) for i in range(tasks))
@@ -140,10 +144,16 @@ def sweep(
     script = work / "array.sh"
     script.write_text(rendered)  # `#SBATCH --array=0-N` and a case on SLURM_ARRAY_TASK_ID
     array = ["sbatch", "--parsable", f"--chdir={work}", str(script)]
-    times: dict[str, list[float]] = {"sweep": [], "array": []}
+    one = [*cj[:-3], "--job-name", name, cj[-1]]
+    times: dict[str, list[float]] = {"sweep": [], "array": [], "one": [], "dry": []}
     try:
         for i in range(rounds):
-            order = [("sweep", swept), ("array", array)]
+            order = [
+                ("sweep", swept),
+                ("array", array),
+                ("one", one),
+                ("dry", [*swept, "--dry-run"]),
+            ]
             for label, cmd in order if i % 2 else reversed(order):
                 start = time.perf_counter()
                 done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -160,6 +170,24 @@ def sweep(
             theirs,
             TARGET_RATIO,
             note=f"{note}, interleaved; {ours / tasks * 1000:.2f} ms per task",
+        )
+        single, dry = median(times["one"]), median(times["dry"])
+        result.compared(
+            "clusterjob submit, one job (same options, no --sweep)",
+            single,
+            "plain sbatch of the array script",
+            theirs,
+            note=f"{note}, interleaved with the sweep; sweep minus this: "
+            f"{(ours - single) * 1000:+.0f} ms for {tasks} tasks "
+            f"({(ours - single) / tasks * 1000:+.3f} ms a task; noise is tens of ms)",
+        )
+        result.compared(
+            f"clusterjob submit --sweep --dry-run, {tasks} tasks",
+            dry,
+            "plain sbatch of the array script",
+            theirs,
+            note=f"{note}, interleaved; all but Slurm and the registry: "
+            f"{dry / ours:.0%} of the sweep's time",
         )
         _status_of_a_big_sweep(result, work, swept, counted, log)
     finally:
