@@ -1634,3 +1634,36 @@ def test_nesting_deeper_than_python_can_follow_is_one_issue(tmp_path: Path) -> N
     path.write_text("&a " + "[" * 3000 + "]" * 3000 + "\n")
     issue = ConfigIssue(str(path), None, "", "YAML nesting is too deep")
     assert validate_site_file(path) == (None, [issue])
+
+
+NO_SHARED_TYPE = (
+    "model_groups.any.models: the models share no GRES type and not every one has a "
+    "constraint: the group cannot be asked for as one request"
+)
+UNTYPED_REQUEST = "gpu_request: {syntax: gres, type_required: false}\n"
+
+
+@pytest.mark.parametrize(
+    ("request_line", "expected"),
+    [
+        ("", ["1: gpu_request: required key missing", f"11: {NO_SHARED_TYPE}"]),
+        (
+            "gpu_request: 3\n",
+            ["2: gpu_request: expected a mapping, got 3", f"12: {NO_SHARED_TYPE}"],
+        ),
+    ],
+)
+def test_without_a_readable_gpu_request_types_are_not_required(
+    tmp_path: Path, request_line: str, expected: list[str]
+) -> None:
+    text = UNTYPED.replace(UNTYPED_REQUEST, request_line) + GROUP
+    assert issues_of(tmp_path, text) == expected
+
+
+def test_a_site_that_is_not_a_mapping_is_one_issue_at_the_top(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text("- a\n")
+    issue = ConfigIssue(
+        str(path), 1, "", "expected a mapping of site settings at the top, got a list"
+    )
+    assert validate_site_file(path) == (None, [issue])
