@@ -1667,3 +1667,30 @@ def test_a_site_that_is_not_a_mapping_is_one_issue_at_the_top(tmp_path: Path) ->
         str(path), 1, "", "expected a mapping of site settings at the top, got a list"
     )
     assert validate_site_file(path) == (None, [issue])
+
+
+@pytest.mark.parametrize(
+    ("bad_key", "refusal"),
+    [
+        ("time_limit: soon", "not a Slurm time limit: 'soon' (e.g. 2-00:00:00, 12:00:00, 30)"),
+        ("preflight: maybe", "expected one of required, warn, off, got 'maybe'"),
+        ("defaults: {qos: 3}", 'expected a string, got 3 (write "3" for text)'),
+        ("job: {python: 3}", 'expected a string, got 3 (write "3" for text)'),
+        ("checks: {driver_min: 3}", 'expected a string, got 3 (write "3" for text)'),
+    ],
+)
+def test_a_refused_partition_is_skipped_and_the_next_one_checked(
+    tmp_path: Path, bad_key: str, refusal: str
+) -> None:
+    key = bad_key.split(":")[0]
+    if key in ("defaults", "job", "checks"):
+        key += "." + bad_key.split("{")[1].split(":")[0]
+    text = BASE.replace(
+        PARTITION,
+        f'  gpu: {{nodes: "n[1-2]", default: true, max_nodes: 5, {bad_key}}}\n'
+        "  cpu: {nodes: n1, max_nodes: 5}\n",
+    )
+    assert issues_of(tmp_path, text) == [
+        f"6: partitions.gpu.{key}: {refusal}",
+        "7: partitions.cpu.max_nodes: 5 nodes, but the partition has 1",
+    ]
