@@ -1694,3 +1694,32 @@ def test_a_refused_partition_is_skipped_and_the_next_one_checked(
         f"6: partitions.gpu.{key}: {refusal}",
         "7: partitions.cpu.max_nodes: 5 nodes, but the partition has 1",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            BASE.replace(NODE_MAP, "node_map: 3\n"),
+            [
+                "6: partitions.gpu.nodes: not in node_map: n[1-2]",
+                "7: node_map: expected a list of {nodes, gpus} entries, got 3",
+            ],
+        ),
+        (
+            BASE + "cluster_name: !custom ~\n",
+            ["10: cluster_name: YAML tags are not supported here (found !custom)"],
+        ),
+        (
+            BASE.replace(NODE_MAP, "node_map:\n  - nodes: n1\n  - nodes: n2\n    gpus: 3\n"),
+            [
+                "8: node_map[0].gpus: required key missing",
+                "10: node_map[1].gpus: expected a list of GPUs (in PCI bus order), got 3",
+            ],
+        ),
+    ],
+)
+def test_node_map_and_null_values_word_for_word(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    assert issues_of(tmp_path, text) == expected
