@@ -1723,3 +1723,19 @@ def test_node_map_and_null_values_word_for_word(
     tmp_path: Path, text: str, expected: list[str]
 ) -> None:
     assert issues_of(tmp_path, text) == expected
+
+
+@pytest.mark.parametrize(
+    ("block", "line"),
+    [
+        ("  A100:\n    nvml_names: [A]\n    gres_type: ~\n", 6),
+        ("  A100:\n    nvml_names: [A]\n", 4),
+    ],
+)
+def test_a_missing_gres_type_is_reported_where_it_is_written_or_at_the_model(
+    tmp_path: Path, block: str, line: int
+) -> None:
+    assert issues_of(tmp_path, with_models(block)) == [
+        f"{line}: models.A100.gres_type: required when gpu_request.syntax is gres and "
+        "type_required is true"
+    ]
