@@ -52,16 +52,32 @@ fi
 # The documentation: reference pages as the code says, and the site built strictly (seconds).
 .venv/bin/python scripts/gen_reference.py --check
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
+# The end-to-end tests on the other Slurm releases, each in its Debian root (and the unit
+# tests on trixie's Python 3.13): scripts/test-releases.sh, when CLUSTERJOB_TEST_RELEASES
+# names them ("24.11 26.05"; .ci/run does). They run beside the host's pytest, not after it:
+# most of an end-to-end test is waiting for Slurm, so the two share the cores well (each
+# release's sandbox has its own state directory, ports and daemons). Their output is printed
+# once they end.
+releases_pid=
+if [ -n "${CLUSTERJOB_TEST_RELEASES:-}" ]; then
+    releases_log=$(mktemp --suffix=.clusterjob-releases.log)
+    bash scripts/test-releases.sh >"$releases_log" 2>&1 &
+    releases_pid=$!
+    echo "the other Slurm releases ($CLUSTERJOB_TEST_RELEASES) are tested beside this run;" \
+        "their output follows pytest's" >&2
+fi
 .venv/bin/clusterjob sandbox up
 eval "$(.venv/bin/clusterjob sandbox env)"
 set +e
 .venv/bin/python -m pytest "${pytest_torch[@]}" "$@"
 rc=$?
-set -e
-# The end-to-end tests on the other Slurm releases, each in its Debian root (and the unit
-# tests on trixie's Python 3.13): scripts/test-releases.sh, when CLUSTERJOB_TEST_RELEASES
-# names them ("24.11 26.05").
-if [ -n "${CLUSTERJOB_TEST_RELEASES:-}" ]; then
-    bash scripts/test-releases.sh || rc=$((rc ? rc : $?))
+if [ -n "$releases_pid" ]; then
+    wait "$releases_pid"
+    releases_rc=$?
+    echo "=== scripts/test-releases.sh ($CLUSTERJOB_TEST_RELEASES), exit $releases_rc ==="
+    cat "$releases_log"
+    rm -f "$releases_log"
+    rc=$((rc ? rc : releases_rc))
 fi
+set -e
 exit $rc
