@@ -1114,11 +1114,21 @@ def test_an_untracked_task_inside_a_pending_range(data: Path) -> None:
         ("700_5", "PENDING", "squeue", "JobArrayTaskLimit")
     ]
     assert rows[0].explanation == explain("PENDING", "JobArrayTaskLimit", "700_5")
-    sacct = [row_fields("701_[0-3]", "CANCELLED", exit_code="0:15")]
+    sacct = [row_fields("701_[0-3]", "CANCELLED", "Dependency", exit_code="0:15")]
     (row,) = status(["701_2"], client=Recorded([], sacct).client(), registry=Registry(),
                     cache=StatusCache(ttl=0))  # fmt: skip
-    assert (row.job_id, row.state, row.source) == ("701_2", "CANCELLED", "sacct")
-    assert row.explanation == explain("CANCELLED", None, "701_2")
+    assert (row.job_id, row.state, row.source, row.reason) == ("701_2", "CANCELLED", "sacct", None)
+    assert row.explanation == ""  # a pending reason kept by sacct is history once ended
+    squeue = [row_fields("703_[0-2]", "PENDING", "Priority"),
+              row_fields("703_[4-9]", "PENDING", "JobHeldUser")]  # fmt: skip
+    (row,) = status(["703_5"], client=Recorded(squeue, []).client(), registry=Registry(),
+                    cache=StatusCache(ttl=0))  # fmt: skip
+    assert (row.job_id, row.reason) == ("703_5", "JobHeldUser")
+    assert row.explanation == "held by you: `scontrol release 703_5` to let it start"
+    sacct = [row_fields("704_[0-3]", "DEADLINE")]  # pending tasks past their --deadline
+    (row,) = status(["704_1"], client=Recorded([], sacct).client(), registry=Registry(),
+                    cache=StatusCache(ttl=0))  # fmt: skip
+    assert (row.job_id, row.explanation) == ("704_1", "could not finish before its --deadline")
     with pytest.raises(UsageError) as info:
         status(["702_1"], client=Recorded([], []).client(), registry=Registry(),
                cache=StatusCache(ttl=0))  # fmt: skip
@@ -1280,7 +1290,7 @@ def test_a_tasks_state_from_squeue_and_sacct(data: Path) -> None:
     slurm.jobs[f"{job}_0"]["state"] = "PENDING"  # squeue: a late echo of the pending task
     slurm.sacct_fields[f"{job}_0"] = {"state": "COMPLETED"}
     slurm.sacct_fields[f"{job}_1"] = {"state": "COMPLETED"}  # requeued: squeue runs it again
-    slurm.jobs[f"{job}_2"]["reason"] = "Prolog"  # not a pending reason: dropped all the same
+    slurm.jobs[f"{job}_2"]["reason"] = "NonZeroExitCode"  # not pending: dropped all the same
     slurm.jobs[f"{job}_3"]["reason"] = "Dependency"  # a pending reason: dropped once ended
     registry = Registry()
     registry.add(tracked(job, script=array_script("0-3")))
@@ -1545,3 +1555,86 @@ def test_a_script_without_its_token_is_refused_word_for_word(data: Path, mllab) 
         "site template that overrides job.sh.j2 must keep that line (it makes submission "
         "safe to retry)"
     )
+
+
+def test_an_ended_task_and_record_are_explained_with_their_own_ids(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_array({0: ("NODE_FAIL", "0:0")})
+    slurm.forgotten.add(f"{job}_0")
+    registry = Registry()
+    registry.add(tracked(job, script=array_script("0")))
+    registry.add(tracked("400", state="NODE_FAIL", exit_code=0))
+    rows = status(tasks=True, client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert [t.explanation for t in rows[0].tasks] == [
+        f"a node of the job failed; resubmit (`clusterjob resubmit {job}_0`)"
+    ]
+    assert rows[1].explanation == "a node of the job failed; resubmit (`clusterjob resubmit 400`)"
+
+
+def test_a_pending_arrays_reason_is_recorded(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_array({}, pending="0-1", reason="Priority")
+    registry = Registry()
+    registry.add(tracked(job, script=array_script("0-1")))
+    status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert (registry.get(job).state, registry.get(job).reason) == ("PENDING", "Priority")
+
+
+def test_an_arrays_rows_of_another_submission_or_cluster_are_not_its_own(data: Path) -> None:
+    slurm = FakeSlurm()
+    theirs = slurm.add_array({0: ("RUNNING", "0:0")}, comment="clusterjob:someoneelse")
+    old = slurm.add_array({0: ("COMPLETED", "0:0")})
+    slurm.forgotten.add(f"{old}_0")
+    registry = Registry()
+    registry.add(tracked(theirs, script=array_script("0")))
+    registry.add(tracked(old, script=array_script("0"), submitted_at=time.time() + 7200))
+    rows = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert [(r.state, r.source) for r in rows] == [("UNKNOWN", "none"), ("UNKNOWN", "none")]
+    twin = Recorded([row_fields("800_0", "RUNNING", cluster="twin")],
+                    [row_fields("800_0", "COMPLETED", cluster="twin")])  # fmt: skip
+    other = Registry(data / "o.db")
+    other.add(tracked("800", script=array_script("0")))
+    (row,) = status(client=twin.client(), registry=other, cache=StatusCache(ttl=0))
+    assert (row.state, row.source) == ("UNKNOWN", "none")
+
+
+def test_a_stale_range_after_an_end_and_a_running_task_only_sacct_sees(data: Path) -> None:
+    squeue = [row_fields("810_[0-2]", "PENDING", "Priority")]
+    sacct = [row_fields("810_0", "COMPLETED", exit_code="0:0"),
+             row_fields("811_0", "RUNNING", exit_code="0:0")]  # fmt: skip
+    slurm = Recorded(squeue, sacct)
+    registry = Registry()
+    registry.add(tracked("810", script=array_script("0-2")))
+    registry.add(tracked("811", script=array_script("0")))
+    rows = status(tasks=True, client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert [(t.state, t.exit_code, t.source) for t in rows[0].tasks] == [
+        ("COMPLETED", 0, "sacct"), ("PENDING", None, "squeue"), ("PENDING", None, "squeue")
+    ]  # fmt: skip
+    assert [(t.state, t.exit_code) for t in rows[1].tasks] == [("RUNNING", None)]
+
+
+def test_a_relative_stderr_is_under_the_recorded_directory(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_job(state="RUNNING", work_dir="", stdout="/o.out", stderr="e-%j.err")
+    registry = Registry()
+    registry.add(tracked(job))
+    status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert registry.get(job).stderr_path == f"/home/ana/run/e-{job}.err"
+
+
+def test_untracked_arrays_known_to_sacct_only_and_a_single_task(data: Path) -> None:
+    slurm = FakeSlurm()
+    job = slurm.add_array({0: ("COMPLETED", "0:0"), 1: ("FAILED", "2:0")})
+    slurm.forgotten.update({f"{job}_0", f"{job}_1"})
+    running = slurm.add_array({1: ("RUNNING", "0:0")})
+    rows = status([job, f"{running}_1"], client=slurm.client(), registry=Registry(),
+                  cache=StatusCache(ttl=0))  # fmt: skip
+    assert [(r.job_id, r.state, r.exit_code, r.source, r.tasks_summary) for r in rows] == [
+        (job, "FAILED", 2, "sacct", "2 tasks: 1 COMPLETED, 1 FAILED (exit 2)"),
+        (f"{running}_1", "RUNNING", None, "squeue", None),
+    ]
+
+
+def test_status_filter_since_a_time_ago_from_now() -> None:
+    since = StatusFilter.parse(since="1h").since
+    assert since is not None and abs(since - (time.time() - 3600)) < 60
