@@ -1578,6 +1578,12 @@ def test_a_pending_arrays_reason_is_recorded(data: Path) -> None:
     registry.add(tracked(job, script=array_script("0-1")))
     status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
     assert (registry.get(job).state, registry.get(job).reason) == ("PENDING", "Priority")
+    held = slurm.add_array({}, pending="0-1", reason="JobHeldUser")
+    registry.add(tracked(held, script=array_script("0-1")))
+    (row,) = status([held], client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+    assert row.explanation == (
+        f"2 tasks: 2 PENDING; held by you: `scontrol release {held}` to let it start"
+    )
 
 
 def test_an_arrays_rows_of_another_submission_or_cluster_are_not_its_own(data: Path) -> None:
