@@ -1739,3 +1739,26 @@ def test_a_missing_gres_type_is_reported_where_it_is_written_or_at_the_model(
         f"{line}: models.A100.gres_type: required when gpu_request.syntax is gres and "
         "type_required is true"
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # a group named like a model is refused for that alone, not also for its types
+            TWO_MODELS + "model_groups:\n  v100: {models: [A100, V100]}\n",
+            ["12: model_groups.v100: 'v100' already names model V100"],
+        ),
+        (
+            BASE.replace("models:\n" + A100_LINE, "models: {}\n")
+            + "model_groups:\n  any: {models: [A100, V100]}\n",
+            [
+                "3: models: at least one GPU model is required",
+                "8: node_map[0].gpus[0].model: unknown model 'A100'; defined models: none",
+                "10: model_groups.any.models[0]: unknown model 'A100'; defined models: none",
+                "10: model_groups.any.models[1]: unknown model 'V100'; defined models: none",
+            ],
+        ),
+    ],
+)
+def test_model_groups_refused_once(tmp_path: Path, text: str, expected: list[str]) -> None:
+    assert issues_of(tmp_path, text) == expected
