@@ -54,6 +54,7 @@ ROOT_PACKAGES = (
     "openssh-server",
     "openssh-client",
     "rsync",
+    "bsdutils",  # script(1), the terminal of the shell-over-ssh test: sid no longer has it
 )
 # sid's Release file on some mirrors is past its Valid-Until date.
 APT_OPTIONS = ('Acquire::Check-Valid-Until "false"',)
