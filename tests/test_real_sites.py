@@ -24,7 +24,7 @@ The comparison reads both sides the way sbatch does and nothing more:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
@@ -58,7 +58,6 @@ class Example:
     source: str  # the page the block is from
     documented: str  # its #SBATCH lines
     request: dict[str, object]
-    extra: dict[str, str] = field(default_factory=dict)  # allowed extra line -> why
 
 
 def _option(line: str) -> tuple[str, str | None]:
@@ -207,8 +206,8 @@ EXAMPLES = {
         ),
     ),
     # Jean Zay: IDRIS's own one-GPU and multi-GPU pages were not found in any stored copy;
-    # these are the GPU job scripts that were. The QoS line clusterjob adds comes from the
-    # site's qos_by_time, whose names no stored page confirms (the site file says so).
+    # these are the GPU job scripts that were. A job of up to 20 hours gets the default QoS
+    # (qos_by_time's null): no --qos line, as in IDRIS's scripts.
     "jeanzay-cuda-mps": Example(
         "jeanzay",
         "http://www.idris.fr/eng/jean-zay/gpu/jean-zay-gpu-exec_utilisation_cuda_mps-eng.html "
@@ -237,7 +236,6 @@ EXAMPLES = {
             constraint="mps",
             sbatch_args=("--exclusive",),
         ),
-        extra={"--qos=qos_gpu-t3": "the site's qos_by_time for 10 minutes (unverified name)"},
     ),
     "jeanzay-one-gpu-community": Example(
         "jeanzay",
@@ -346,9 +344,6 @@ def test_documented_example_renders_line_for_line(name: str) -> None:
     documented = _normalised(_sbatch_lines(example.documented))
     rendered = _normalised(_rendered(example))
     allowed = {"--comment": f"clusterjob:{TOKEN}", **{"--job-name": rendered.get("--job-name")}}
-    for line in example.extra:
-        key, value = _option(f"#SBATCH {line}")
-        allowed[key] = value
     missing = {k: v for k, v in documented.items() if rendered.get(k, "<absent>") != v}
     extra = {
         k: v for k, v in rendered.items() if k not in documented and allowed.get(k, "<x>") != v

@@ -226,6 +226,25 @@ def test_qos_by_time(tmp_path: Path) -> None:
     assert not any(x.startswith("--qos") for x in directives(site))
 
 
+def test_a_qos_rule_of_null_writes_no_qos(tmp_path: Path) -> None:
+    """Jean Zay: jobs up to 20 hours get the default QoS, which IDRIS's scripts do not name."""
+    top = (
+        "defaults:\n  qos_by_time:\n"
+        '    - {max_time: "20:00:00", qos: null}\n    - {max_time: "100:00:00", qos: t4}'
+    )
+    site = load_site(make(tmp_path, top=top))
+    assert not any(x.startswith("--qos") for x in directives(site, time="10:00:00"))
+    assert "--qos=t4" in directives(site, time="30:00:00")
+    only_default = 'defaults:\n  qos_by_time: [{max_time: "20:00:00", qos: null}]'
+    site = load_site(make(tmp_path, top=only_default))
+    with pytest.raises(UsageError) as info:
+        directives(site, time="30:00:00")
+    assert str(info.value) == (
+        "no QoS of this site takes a job of that length: the longest, the default QoS, ends at "
+        "20:00:00"
+    )
+
+
 def test_qos_rules_must_be_shortest_first(tmp_path: Path) -> None:
     top = (
         "defaults:\n  qos_by_time:\n"

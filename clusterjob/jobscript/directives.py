@@ -176,8 +176,9 @@ def qos_for_time(rules: Sequence[QosRule], seconds: int | None) -> str | None:
         if limit is None or seconds <= limit:
             return rule.qos
     longest = rules[-1]
+    name = longest.qos or "the default QoS"
     raise UsageError(
-        f"no QoS of this site takes a job of that length: the longest, {longest.qos}, "
+        f"no QoS of this site takes a job of that length: the longest, {name}, "
         f"ends at {longest.max_time}"
     )
 

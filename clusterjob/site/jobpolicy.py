@@ -151,8 +151,8 @@ def _read_qos_rules(v: Validator, entry: Entry | None, path: str) -> tuple[QosRu
             failed = True
             continue
         max_time = read_key(fields, "max_time", v.string, ipath)
-        qos = read_key(fields, "qos", v.string, ipath)
-        if not isinstance(max_time, str) or not isinstance(qos, str):
+        qos = read_key(fields, "qos", v.nullable_string, ipath)
+        if not isinstance(max_time, str) or "qos" not in fields or qos is INVALID:
             failed = True
             continue
         if not is_time(max_time):

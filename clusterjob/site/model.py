@@ -46,10 +46,11 @@ class GpuModel:
 
 @dataclass(frozen=True)
 class QosRule:
-    """One entry of ``qos_by_time``: a job whose time is at most ``max_time`` gets ``qos``."""
+    """One entry of ``qos_by_time``: a job whose time is at most ``max_time`` gets ``qos``
+    (None: no ``--qos``, the QoS Slurm gives a job that names none)."""
 
     max_time: str  # a Slurm time
-    qos: str
+    qos: str | None
 
 
 @dataclass(frozen=True)

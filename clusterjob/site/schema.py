@@ -191,7 +191,13 @@ QOS_RULE = Section(
             pattern=TIME_PATTERN,
             example='"2:00:00"',
         ),
-        Key("qos", STRING, "The QoS written as `--qos`.", required=True),
+        Key(
+            "qos",
+            NULLABLE_STRING,
+            "The QoS written as `--qos`; null: none written, for the jobs the QoS Slurm "
+            "gives by default takes (a job script that names none, as documented).",
+            required=True,
+        ),
     ),
 )
 
