@@ -8,8 +8,11 @@
 #   CLUSTERJOB_TEST_RELEASES="24.11" bash scripts/test-releases.sh -x
 #
 # Extra arguments go to each pytest run. The roots are built once (mmdebstrap, about a minute
-# each) and kept in /var/cache/clusterjob-sandbox; each sandbox is taken down after its run,
-# whatever the result. The torchrun tests (marker `torch`) run on the host only: the package
+# each) and kept in /var/cache/clusterjob-sandbox. The sandboxes are brought up one after the
+# other (building a root may install mmdebstrap with apt, which takes one lock), then tested
+# side by side (each its own state, ports and daemons; an end-to-end test mostly waits for
+# Slurm), each run's output printed once all have ended; every sandbox is taken down at the
+# end, whatever the result. The torchrun tests (marker `torch`) run on the host only: the package
 # registry has no CPU build of torch for these Pythons, and its default build is 4.8 GB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,29 +23,50 @@ releases=${CLUSTERJOB_TEST_RELEASES:-24.11 26.05}
 host_only=(--deselect
     tests/e2e/test_docs_blocks.py::test_quickstart_ends_with_the_line_that_makes_the_next_command_work)
 echo "inside the roots, host-only: ${host_only[*]:1}; marker torch" >&2
-rc=0
-summary=()
+logs=$(mktemp -d)
+down_all() {
+    for release in $releases; do
+        $cj sandbox down --slurm "$release" >/dev/null 2>&1 || true
+    done
+    rm -rf "$logs"
+}
+trap down_all EXIT
+declare -A up_s
 for release in $releases; do
     start=$(date +%s)
-    trap '$cj sandbox down --slurm "$release" >/dev/null 2>&1 || true' EXIT
     $cj sandbox up --slurm "$release" >/dev/null
-    up_s=$(($(date +%s) - start))
-    run() {  # pytest inside the release's root; its exit status
+    up_s[$release]=$(($(date +%s) - start))
+done
+test_release() {  # its tests inside its root; "E2E UNIT SECONDS" (exit statuses) on fd 3
+    local release=$1 e2e unit=- start
+    shift
+    start=$(date +%s)
+    run() {
         $cj sandbox exec --slurm "$release" -- python -m pytest -p no:cacheprovider \
             "${host_only[@]}" "$@"
     }
     set +e
     run -m "slurm and not torch" "$@"
     e2e=$?
-    unit=-
     if [ "$release" = 24.11 ]; then  # trixie's Python 3.13
         run -m "not slurm and not torch" "$@"
         unit=$?
     fi
-    set -e
-    $cj sandbox down --slurm "$release" >/dev/null
-    trap - EXIT
-    summary+=("Slurm $release: up ${up_s}s, e2e exit $e2e, unit tests (trixie only) exit $unit, $(($(date +%s) - start))s in all")
+    echo "$e2e $unit $(($(date +%s) - start))" >&3
+}
+declare -A pids
+for release in $releases; do
+    test_release "$release" "$@" >"$logs/$release.log" 2>&1 3>"$logs/$release.rc" &
+    pids[$release]=$!
+done
+rc=0
+summary=()
+for release in $releases; do
+    wait "${pids[$release]}" || true
+    read -r e2e unit secs <"$logs/$release.rc" || { e2e=1; unit=-; secs=?; }
+    echo "=== Slurm $release ==="
+    cat "$logs/$release.log"
+    summary+=("Slurm $release: up ${up_s[$release]}s, e2e exit $e2e, unit tests (trixie only) exit $unit, tests ${secs}s")
     for code in $e2e $unit; do
         if [ "$code" != - ] && [ "$code" != 0 ]; then rc=$code; fi
     done

@@ -52,12 +52,14 @@ fi
 # The documentation: reference pages as the code says, and the site built strictly (seconds).
 .venv/bin/python scripts/gen_reference.py --check
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
+.venv/bin/clusterjob sandbox up
+eval "$(.venv/bin/clusterjob sandbox env)"
 # The end-to-end tests on the other Slurm releases, each in its Debian root (and the unit
 # tests on trixie's Python 3.13): scripts/test-releases.sh, when CLUSTERJOB_TEST_RELEASES
 # names them ("24.11 26.05"; .ci/run does). They run beside the host's pytest, not after it:
 # most of an end-to-end test is waiting for Slurm, so the two share the cores well (each
 # release's sandbox has its own state directory, ports and daemons). Their output is printed
-# once they end.
+# once they end. Started once the host's sandbox is up: both may install packages with apt.
 releases_pid=
 if [ -n "${CLUSTERJOB_TEST_RELEASES:-}" ]; then
     releases_log=$(mktemp --suffix=.clusterjob-releases.log)
@@ -66,8 +68,6 @@ if [ -n "${CLUSTERJOB_TEST_RELEASES:-}" ]; then
     echo "the other Slurm releases ($CLUSTERJOB_TEST_RELEASES) are tested beside this run;" \
         "their output follows pytest's" >&2
 fi
-.venv/bin/clusterjob sandbox up
-eval "$(.venv/bin/clusterjob sandbox env)"
 set +e
 .venv/bin/python -m pytest "${pytest_torch[@]}" "$@"
 rc=$?
