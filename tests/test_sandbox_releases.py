@@ -200,3 +200,35 @@ def test_a_state_dir_kept_across_a_rebuilt_root_is_given_back_to_its_daemons(
     mysql = pwd.getpwnam(cluster.MYSQL_USER)
     assert (data.stat().st_uid, data.stat().st_gid) == (mysql.pw_uid, mysql.pw_gid)
     assert layout.mariadb_dir.stat().st_uid == mysql.pw_uid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandbox down runs as root")
+def test_down_ends_and_unmounts_when_the_roots_own_down_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen: a root whose clusterjob was installed from another checkout (no longer mounted)
+    could not run its own `sandbox down`; the host's down stopped there and left the root's
+    mounts. It now ends what runs inside and unmounts all the same."""
+    from clusterjob.errors import ClusterjobError
+
+    rel = _fake_root(tmp_path)
+    (rel.state_dir / "pids").mkdir(parents=True)
+    done: list[str] = []
+
+    def inner_down_fails(rel_: releases.Release, argv: list[str], **_: object) -> None:
+        done.append(" ".join(argv[:3]))
+        raise ClusterjobError("clusterjob sandbox down failed (exit 1): ModuleNotFoundError")
+
+    monkeypatch.setattr(releases, "is_mounted", lambda rel_: True)
+    monkeypatch.setattr(releases, "run_inside", inner_down_fails)
+    monkeypatch.setattr(releases, "end_processes", lambda rel_: done.append("ended") or [4242])
+    monkeypatch.setattr(releases, "processes_in", lambda root: [])
+    monkeypatch.setattr(releases, "unmount", lambda rel_: done.append("unmounted"))
+    said: list[str] = []
+    assert releases.down(rel, say=said.append) == []
+    assert done == ["clusterjob sandbox down", "ended", "unmounted"]
+    assert said == [
+        "the trixie root's own `sandbox down` failed (clusterjob sandbox down failed (exit 1): "
+        "ModuleNotFoundError); ending its processes",
+        "ended 1 process(es) left in the trixie root",
+    ]

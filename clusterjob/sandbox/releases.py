@@ -399,11 +399,17 @@ def down(rel: Release, *, purge: bool = False, say: Say = _quiet) -> list[str]:
         if not is_mounted(rel):
             mount(rel)  # the daemons' pid files are read inside, where their names resolve
         argv = ["clusterjob", "sandbox", "down", "--state-dir", str(rel.state_dir)]
-        proc = run_inside(rel, argv, timeout=300)
-        for line in proc.stderr.splitlines():
-            say(line.removeprefix("sandbox: "))
-            if line.startswith("sandbox: stopping "):
-                stopped.append(line.split()[2])
+        try:
+            proc = run_inside(rel, argv, timeout=300)
+        except ClusterjobError as exc:
+            # e.g. the root's clusterjob is another checkout's, not mounted now: the daemons
+            # are ended below all the same, and nothing is left mounted
+            say(f"the {rel.suite} root's own `sandbox down` failed ({exc}); ending its processes")
+        else:
+            for line in proc.stderr.splitlines():
+                say(line.removeprefix("sandbox: "))
+                if line.startswith("sandbox: stopping "):
+                    stopped.append(line.split()[2])
     left = end_processes(rel)
     if left:
         say(f"ended {len(left)} process(es) left in the {rel.suite} root")
