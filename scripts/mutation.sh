@@ -160,7 +160,8 @@ print(
 )
 EOF
   tail -1 "$RESULTS" >&2
-  "$PY" "$ROOT/scripts/mutation_table.py" "$RESULTS"  # the latest run of each target, on top
+  # the latest run of each target of this script, on top
+  "$PY" "$ROOT/scripts/mutation_table.py" "$RESULTS" "${TARGETS[@]%%|*}"
   rm -rf "$scratch"
   trap - EXIT
 done
