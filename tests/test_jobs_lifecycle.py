@@ -340,11 +340,19 @@ def test_wait_polls_for_the_code_of_a_task_squeue_shows_failed_before_sacct(data
     assert (result.exit_code, polls) == (7, [1])
 
 
-def test_wait_takes_an_end_without_a_code_as_final_after_a_grace(data: Path) -> None:
-    slurm = FakeSlurm(accounting=False)  # no sacct: the code never comes
+@pytest.mark.parametrize(
+    ("squeue_code", "exit_code", "waited"),
+    [
+        ("2:0", 2, 0),  # squeue's exit code, taken at once
+        ("4294967294", 1, 30),  # Slurm's NO_VAL: an end without a code, final after the grace
+    ],
+)
+def test_wait_without_accounting_takes_squeues_exit_code(
+    data: Path, squeue_code: str, exit_code: int, waited: int
+) -> None:
+    slurm = FakeSlurm(accounting=False)  # no sacct: squeue's code is the only one
     registry = Registry()
-    # squeue prints Slurm's NO_VAL for the code: an end without one
-    job = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="4294967294")
+    job = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code=squeue_code)
     registry.add(JobRecord(job, "fake", "s", "t1", "train", "#!", "", "", "/w", None, time.time()))
     clock = [0.0]
 
@@ -353,23 +361,7 @@ def test_wait_takes_an_end_without_a_code_as_final_after_a_grace(data: Path) -> 
 
     result = wait([job], interval=10, client=slurm.client(), registry=registry, sleep=sleep,
                   clock=lambda: clock[0], cache=StatusCache(ttl=0))  # fmt: skip
-    assert (result.exit_code, result.timed_out) == (1, False)
-    assert clock[0] == 30  # EXIT_CODE_GRACE
-
-
-def test_wait_takes_squeues_exit_code_at_once_without_accounting(data: Path) -> None:
-    slurm = FakeSlurm(accounting=False)
-    registry = Registry()
-    job = slurm.add_job(state="FAILED", reason="NonZeroExitCode", exit_code="2:0")
-    registry.add(JobRecord(job, "fake", "s", "t1", "train", "#!", "", "", "/w", None, time.time()))
-    clock = [0.0]
-
-    def sleep(seconds: float) -> None:
-        clock[0] += seconds
-
-    result = wait([job], interval=10, client=slurm.client(), registry=registry, sleep=sleep,
-                  clock=lambda: clock[0], cache=StatusCache(ttl=0))  # fmt: skip
-    assert (result.exit_code, result.timed_out, clock[0]) == (2, False, 0)
+    assert (result.exit_code, result.timed_out, clock[0]) == (exit_code, False, waited)
 
 
 def test_wait_times_out_with_124(data: Path) -> None:
