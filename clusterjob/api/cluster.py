@@ -248,7 +248,7 @@ class Cluster:
         named = ("python", "venv", "conda", "container_image", "apptainer")
         submit_python = None  # a pyenv shim on PATH resolves while the site loads
         if not self.remote and not any(o[k] for k in named):
-            from clusterjob.jobscript.interpreter import start_find_submit_python
+            from clusterjob.jobscript.submit_python import start_find_submit_python
 
             submit_python = start_find_submit_python(os.environ)
         if isinstance(program, str):

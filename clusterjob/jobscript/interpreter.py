@@ -15,9 +15,7 @@ from dataclasses import dataclass
 
 from clusterjob.errors import UsageError
 from clusterjob.jobscript.shell import check_no_nul
-from clusterjob.jobscript.submit_python import (
-    start_find_submit_python as start_find_submit_python,  # re-exported: its public name
-)
+from clusterjob.jobscript.submit_python import start_find_submit_python
 from clusterjob.site.model import JobEnvironment
 
 

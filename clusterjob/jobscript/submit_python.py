@@ -4,7 +4,7 @@ A shim on PATH (pyenv, asdf) takes a process of its own to name its interpreter 
 more, 200 ms on a busy machine). ``clusterjob submit`` starts that process as it starts
 (``clusterjob.__main__``), before Typer, Jinja2 and the site model load, so this module
 imports only what starting it needs (no dataclasses, no site model: ~40 ms that the shim
-would otherwise wait for). ``clusterjob.jobscript.interpreter`` is its public face.
+would otherwise wait for). ``clusterjob.jobscript.interpreter`` builds on it.
 """
 
 from __future__ import annotations
