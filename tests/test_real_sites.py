@@ -5,9 +5,8 @@ Each case is the documentation's own ``#SBATCH`` block (its comments dropped) an
 ``clusterjob submit`` options a user would give for that job; the test renders the job with
 the shipped site file and compares the directives. Each case's source names the page and the
 copy of it the block was read from. A page that could not be found in any stored copy has no
-case (the site file names it and says which of its lines are unverified); one page with no GPU
-job script has an adapted block, marked as such; one Jean Zay case is from a users' community
-guide, not the centre's own pages, and says so.
+case (the site file names it and says which of its lines are unverified); one Jean Zay case is
+from a users' community guide, not the centre's own pages, and says so.
 The comparison reads both sides the way sbatch does and nothing more:
 
 * short options are their long names (``-C gpu`` is ``--constraint=gpu``), quotes around a
@@ -293,37 +292,58 @@ EXAMPLES = {
             time="1-12:00:00",
         ),
     ),
-    # The guide has no GPU job script: its samples are CPU jobs in the normal queue. These are
-    # its serial sample's lines with two changed: -p normal -> -p gpu-a100, -n 1 -> -n 3 (one
-    # task per GPU). Not a documented block.
-    "lonestar6-gpu-a100": Example(
+    # Lonestar6: the user guide's own job-script samples are all CPU jobs; TACC's software pages
+    # have the GPU ones, each named as a Lonestar6 script.
+    "lonestar6-gpu-a100-gromacs": Example(
         "lonestar6",
-        "https://docs.tacc.utexas.edu/hpc/lonestar6/ (Sample Job Scripts, serial job; adapted "
-        "to the gpu-a100 queue), read from its source at https://github.com/TACC/TACC-Docs/blob/"
-        "1d94ecfa3d5c9a49b301e41630a3cc69636cfee9/docs/hpc/lonestar6.md",
+        "https://docs.tacc.utexas.edu/software/gromacs/#scripts-lonestar6-gpu (two A100 nodes, "
+        "three MPI tasks each), read from its source at https://github.com/TACC/TACC-Docs/blob/"
+        "1d94ecfa3d5c9a49b301e41630a3cc69636cfee9/docs/software/gromacs.md",
         """
         #SBATCH -J myjob
-        #SBATCH -o myjob.o%j
-        #SBATCH -e myjob.e%j
+        #SBATCH -e myjob.%j.err
+        #SBATCH -o myjob.%j.out
+        #SBATCH -N 2
+        #SBATCH -n 6
         #SBATCH -p gpu-a100
-        #SBATCH -N 1
-        #SBATCH -n 3
-        #SBATCH -t 01:30:00
-        #SBATCH --mail-type=all
+        #SBATCH -t 24:00:00
         #SBATCH -A myproject
-        #SBATCH --mail-user=username@tacc.utexas.edu
         """,
         dict(
             gpus=3,
+            nodes=2,
             model="a100",
             partition="gpu-a100",
             account="myproject",
             job_name="myjob",
-            output="myjob.o%j",
-            error="myjob.e%j",
-            time="01:30:00",
-            mail_type="all",
-            mail_user="username@tacc.utexas.edu",
+            output="myjob.%j.out",
+            error="myjob.%j.err",
+            time="24:00:00",
+        ),
+    ),
+    "lonestar6-gpu-a100-small-alphafold3": Example(
+        "lonestar6",
+        "https://docs.tacc.utexas.edu/software/alphafold3/ (SLURM Job Script Preparation, the "
+        "Lonestar6 script), read from its source at https://github.com/TACC/TACC-Docs/blob/"
+        "1d94ecfa3d5c9a49b301e41630a3cc69636cfee9/docs/software/alphafold3.md",
+        """
+        #SBATCH -J AF3_protein
+        #SBATCH -o AF3_protein.o%j
+        #SBATCH -e AF3_protein.e%j
+        #SBATCH -p gpu-a100-small
+        #SBATCH -N 1
+        #SBATCH -t 01:00:00
+        #SBATCH -A my-project
+        """,
+        dict(
+            gpus=1,
+            model="a100",
+            partition="gpu-a100-small",
+            account="my-project",
+            job_name="AF3_protein",
+            output="AF3_protein.o%j",
+            error="AF3_protein.e%j",
+            time="01:00:00",
         ),
     ),
 }
