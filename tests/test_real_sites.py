@@ -265,6 +265,96 @@ EXAMPLES = {
             sbatch_args=("--distribution=block:block",),
         ),
     ),
+    # Jean Zay, H100 (gpu_p6, picked by -C h100): job scripts from IDRIS's own public
+    # repositories (github.com/idriscnrs). An H100 job of up to 20 hours names no QoS there.
+    "jeanzay-h100-one-gpu-idris": Example(
+        "jeanzay",
+        "https://github.com/idriscnrs/picotron_tutorial_jean-zay/blob/"
+        "b3729cabb8f3a046201553754d3f01d92cefe47c/slurm/run_step1.slurm (IDRIS's Picotron "
+        "tutorial for Jean Zay's H100 partition; its account line is commented out)",
+        """
+        #SBATCH --job-name=step1
+        #SBATCH --nodes=1
+        #SBATCH --ntasks-per-node=1
+        #SBATCH --gres=gpu:1
+        #SBATCH --cpus-per-task=24
+        #SBATCH --hint=nomultithread
+        #SBATCH --constraint=h100
+        #SBATCH --qos=qos_gpu_h100-dev
+        #SBATCH --time=00:10:00
+        #SBATCH --output=step1_modeling_%j.out
+        #SBATCH --error=step1_modeling_%j.out
+        """,
+        dict(
+            gpus=1,
+            model="h100",
+            job_name="step1",
+            qos="qos_gpu_h100-dev",
+            time="00:10:00",
+            output="step1_modeling_%j.out",
+            error="step1_modeling_%j.out",
+        ),
+    ),
+    "jeanzay-h100-2nodes-idris": Example(
+        "jeanzay",
+        "https://github.com/idriscnrs/picotron_tutorial_jean-zay/blob/"
+        "b3729cabb8f3a046201553754d3f01d92cefe47c/slurm/run_step9.slurm (IDRIS's Picotron "
+        "tutorial, 3D parallelism on two H100 nodes)",
+        """
+        #SBATCH --job-name=step9
+        #SBATCH --nodes=2
+        #SBATCH --ntasks-per-node=4
+        #SBATCH --gres=gpu:4
+        #SBATCH --cpus-per-task=24
+        #SBATCH --hint=nomultithread
+        #SBATCH --constraint=h100
+        #SBATCH --qos=qos_gpu_h100-dev
+        #SBATCH --time=00:10:00
+        #SBATCH --output=step9_3D_parallelism_%j.out
+        #SBATCH --error=step9_3D_parallelism_%j.out
+        """,
+        dict(
+            gpus=4,
+            nodes=2,
+            model="h100",
+            job_name="step9",
+            qos="qos_gpu_h100-dev",
+            time="00:10:00",
+            output="step9_3D_parallelism_%j.out",
+            error="step9_3D_parallelism_%j.out",
+        ),
+    ),
+    "jeanzay-h100-account-idris": Example(
+        "jeanzay",
+        "https://github.com/idriscnrs/JZ-Megatron-DeepSpeed/blob/"
+        "15c93c4bdf5281a7078b1f00d01c57e39d89bbd1/examples_JZ/finetune_hf_llama/"
+        "megadeep_llama2_7b.slurm (IDRIS's Megatron-DeepSpeed examples for Jean Zay: an "
+        "{project}@h100 account, no QoS for 10.5 hours)",
+        """
+        #SBATCH --job-name=megadeep
+        #SBATCH --output=./h100.out
+        #SBATCH --error=./h100.out
+        #SBATCH -A sos@h100
+        #SBATCH -C h100
+        #SBATCH --time=10:30:00
+        #SBATCH --nodes=1
+        #SBATCH --ntasks-per-node=4
+        #SBATCH --cpus-per-task=24
+        #SBATCH --gres=gpu:4
+        #SBATCH --hint=nomultithread
+        #SBATCH --exclusive
+        """,
+        dict(
+            gpus=4,
+            model="h100",
+            project="sos",
+            job_name="megadeep",
+            time="10:30:00",
+            output="./h100.out",
+            error="./h100.out",
+            sbatch_args=("--exclusive",),
+        ),
+    ),
     "lumi-standard-g": Example(
         "lumi",
         "https://docs.lumi-supercomputer.eu/runjobs/scheduled-jobs/lumig-job/ (MPI-based job), "
