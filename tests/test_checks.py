@@ -18,7 +18,7 @@ from clusterjob.node.checks import CHECK_IDS, REGISTRY, Facts, Need, PreflightRe
 from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Registry, Stage
 from clusterjob.node.report import render_table, summary_line
-from clusterjob.site.model import NodeGpu
+from clusterjob.site.nodemodel import NodeGpu
 
 MODELS = {
     "A100": ("NVIDIA A100-SXM4-80GB",),
@@ -880,7 +880,7 @@ def test_a_new_check_is_one_registered_function() -> None:
 
 def test_the_site_schema_knows_every_check_id() -> None:
     """site/model.py lists the ids the site file may name (it sits below the registry)."""
-    from clusterjob.site.model import NODE_CHECK_IDS
+    from clusterjob.site.nodemodel import NODE_CHECK_IDS
 
     assert sorted(NODE_CHECK_IDS) == sorted(CHECK_IDS)
 

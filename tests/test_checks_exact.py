@@ -19,7 +19,7 @@ from test_render_golden import assert_golden
 from clusterjob.gpu.inventory import GpuProcess, MigDevice
 from clusterjob.node.allocation import Allocation, Context, allocation_from_env
 from clusterjob.node.report import render_table, summary_line
-from clusterjob.site.model import NodeGpu
+from clusterjob.site.nodemodel import NodeGpu
 
 GOLDEN = Path(__file__).parent / "golden" / "check-findings.json"
 

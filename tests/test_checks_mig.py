@@ -9,7 +9,7 @@ from test_checks import A100, BUSES, MODELS, gpu, inv
 from clusterjob.gpu.inventory import GpuInventory, GpuProcess, MigDevice
 from clusterjob.node.allocation import Allocation, Context
 from clusterjob.node.checks import Facts, run_checks
-from clusterjob.site.model import NodeGpu
+from clusterjob.site.nodemodel import NodeGpu
 
 SLICES = ("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb")
 MAP = (NodeGpu(0, "A100", BUSES[0], mig=SLICES, mig_gi=(1, 2, 3, 4)), NodeGpu(1, "A100", BUSES[1]))

@@ -37,7 +37,7 @@ from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.node import prolog
 from clusterjob.node.checks import Facts, run_checks
 from clusterjob.site.loader import load_site
-from clusterjob.site.model import NodeGpu
+from clusterjob.site.nodemodel import NodeGpu
 from clusterjob.slurm.parse import parse_scontrol_nodes
 from clusterjob.workstation import claims, queue
 from clusterjob.workstation.launch import acquire_gpus
@@ -300,7 +300,11 @@ def test_the_prolog_reads_nvml_within_the_sites_deadline_seconds(
     seen: list[tuple[float | None, float | None]] = []
 
     def read_inventory(
-        timeout: float | None = None, *, isolate: bool = False, deadline: float | None = None
+        timeout: float | None = None,
+        *,
+        isolate: bool = False,
+        deadline: float | None = None,
+        started: object = None,
     ) -> GpuInventory:
         seen.append((timeout, deadline))
         return _inventory(A100_NAME, A100_NAME, V100_NAME, V100_NAME)  # gpu1 as mapped

@@ -122,6 +122,7 @@ class Node:
     def run(
         self, *args: str, env: dict[str, str] | None = None, cpus: set[int] | None = None
     ) -> subprocess.CompletedProcess:
+        """``python -m clusterjob ARGS`` on this node; ``-c CODE`` runs CODE instead."""
         full = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "PYTHONPATH": PYTHONPATH,
@@ -131,8 +132,9 @@ class Node:
             "SLURM_JOB_ID": "1234",
             **(env or {}),
         }
+        command = list(args) if args[:1] == ("-c",) else ["-m", "clusterjob", *args]
         return subprocess.run(
-            [sys.executable, "-m", "clusterjob", *args],
+            [sys.executable, *command],
             env=full,
             cwd=self.tmp,
             capture_output=True,
@@ -369,6 +371,53 @@ def test_prolog_hung_gpu_ends_within_deadline(node: Node, on_error: str, rc: int
         f"2s: a GPU or the NVIDIA driver is hung (look for Xid errors in dmesg) -- {verb} "
         f"(on_error={on_error})"
     ]
+
+
+# Run in the Prolog's process: what was imported when it forked its NVML reader, and whether
+# a reader was left behind when the Prolog returned.
+WATCH_FORK = """
+import os, signal, sys, time
+seen = []
+def hook(event, args):
+    if event == "os.fork" and not seen:
+        seen.append(sorted(m for m in ("dataclasses", "pathlib", "clusterjob.errors",
+            "clusterjob.node.prolog", "clusterjob.site.nodemodel", "pynvml") if m in sys.modules))
+sys.addaudithook(hook)
+from clusterjob.__main__ import main
+code = main(sys.argv[1:])
+time.sleep(0.5)
+try:
+    pid, status = os.waitpid(-1, os.WNOHANG)
+    left = "alive" if pid == 0 else f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+except ChildProcessError:
+    left = "none"
+print("RESULT", code, seen[0] if seen else None, left)
+"""
+
+
+def test_prolog_reads_nvml_while_its_checks_load(node: Node) -> None:
+    """The Prolog forks its NVML reader before it imports anything heavy (its checks, the
+    site model, dataclasses, pathlib), so loading pynvml and the driver overlaps with
+    loading clusterjob; the reader is done and reaped by the time the Prolog returns."""
+    node.setup(mixed())
+    done = node.run(
+        "-c", WATCH_FORK, "prolog", "--site", str(node.site), "--cache-dir", str(node.cache)
+    )
+    assert done.stdout.splitlines()[-1] == "RESULT 0 [] none", done.stderr
+
+
+def test_prolog_leaves_no_nvml_reader_behind_on_a_config_error(node: Node) -> None:
+    """A site file that cannot be read ends the Prolog before it asks for the NVML answer: the
+    reader started early (here hung in the driver) is killed, not left to the node."""
+    node.setup(mixed(**{"1": {"hang_seconds": 60}}))
+    node.site.write_text(node.site.read_text().replace("syntax: gres", "syntax: gress"))
+    start = time.monotonic()
+    done = node.run(
+        "-c", WATCH_FORK, "prolog", "--site", str(node.site), "--cache-dir", str(node.cache)
+    )
+    assert time.monotonic() - start < 20
+    assert done.stdout.splitlines()[-1] == "RESULT 1 [] killed by SIGKILL", done.stderr
+    assert "GPUs not checked: site config:" in done.stderr
 
 
 def test_prolog_deadline_flag_overrides_policy(node: Node) -> None:

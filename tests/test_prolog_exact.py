@@ -77,7 +77,12 @@ class Node:
         self.site.chmod(0o644)
 
     def _read_inventory(
-        self, timeout: float | None = None, *, isolate: bool = False, deadline: float | None = None
+        self,
+        timeout: float | None = None,
+        *,
+        isolate: bool = False,
+        deadline: float | None = None,
+        started: object = None,
     ) -> GpuInventory:
         assert isolate is True  # NVML is read in a child the Prolog can abandon
         if isinstance(self.answer, BaseException):
@@ -549,7 +554,7 @@ def test_nvml_gets_what_is_left_of_the_deadline(
 ) -> None:
     asked: list[float | None] = []
 
-    def read_inventory(timeout=None, *, isolate=False, deadline=None):  # noqa: ANN001, ANN202
+    def read_inventory(timeout=None, *, isolate=False, deadline=None, started=None):  # noqa: ANN001, ANN202
         asked.extend((timeout, deadline))
         return inventory(*AS_MAPPED)
 

@@ -16,14 +16,8 @@ import pytest
 from clusterjob.errors import ConfigError, UsageError
 from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.gpu_syntax import syntax_named
-from clusterjob.site.model import (
-    GpuModel,
-    JobDefaults,
-    NodeGpu,
-    NodeMap,
-    Partition,
-    Site,
-)
+from clusterjob.site.model import GpuModel, JobDefaults, NodeMap, Partition, Site
+from clusterjob.site.nodemodel import NodeGpu
 
 A100 = GpuModel("A100", ("a100-80gb", "A100-SXM4-80GB"), "a100", ("NVIDIA A100-SXM4-80GB",), 80)
 V100 = GpuModel("V100", ("v100-32gb",), "v100", ("Tesla V100-SXM2-32GB",), 32)

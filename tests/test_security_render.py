@@ -14,7 +14,7 @@ from test_render import _render, _site_with_templates
 
 from clusterjob.errors import ConfigError
 from clusterjob.jobscript.render import TemplateRecord, template_value
-from clusterjob.site.model import OnError
+from clusterjob.site.nodemodel import OnError
 
 ATTACKS = {
     "read ~/.bashrc": "{{ site.source.home().joinpath('.bashrc').read_text() }}",

@@ -15,7 +15,7 @@ from clusterjob.resources import site_configs_dir
 from clusterjob.site import schema
 from clusterjob.site.gpu_syntax import syntax_named
 from clusterjob.site.loader import MAX_BYTES, load_site, validate_site_file
-from clusterjob.site.model import NodeGpu, OnError
+from clusterjob.site.nodemodel import NodeGpu, OnError
 
 BAD = Path(__file__).parent / "bad_configs"
 
@@ -336,7 +336,7 @@ def test_hostlist_compress_expand_round_trip(hosts: list[tuple[str, int, int]]) 
 
 def test_check_policies_site_wide_and_per_partition(tmp_path: Path) -> None:
     """checks: at the top and in a partition; the partition's wins for its jobs."""
-    from clusterjob.site.model import CheckPolicy
+    from clusterjob.site.nodemodel import CheckPolicy
     from clusterjob.site.nodeview import view_from_site
 
     path = tmp_path / "site.yaml"

@@ -17,13 +17,8 @@ from test_bad_input import SITE_CASES, SITES
 
 from clusterjob.errors import ConfigIssue
 from clusterjob.site.loader import MAX_BYTES, load_site, validate_site_file
-from clusterjob.site.model import (
-    CheckPolicy,
-    JobEnvironment,
-    OnError,
-    PrologPolicy,
-    RequestForm,
-)
+from clusterjob.site.model import JobEnvironment, RequestForm
+from clusterjob.site.nodemodel import CheckPolicy, OnError, PrologPolicy
 
 BASE = (SITES / "ok.yaml").read_text()
 

@@ -12,7 +12,8 @@ from clusterjob.errors import UsageError
 from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.admin import gres_conf_lines, mig_cap_minors, node_gres_strings
 from clusterjob.site.loader import load_site, validate_site_file
-from clusterjob.site.model import Site, gres_units
+from clusterjob.site.model import Site
+from clusterjob.site.nodemodel import gres_units
 
 SITE = """\
 site: migsite

@@ -14,7 +14,7 @@ import pytest
 
 from clusterjob.errors import ConfigError
 from clusterjob.resources import site_configs_dir
-from clusterjob.site.model import NodeGpu, OnError
+from clusterjob.site.nodemodel import NodeGpu, OnError
 from clusterjob.site.nodeview import load_node_view
 
 REPO = Path(__file__).resolve().parents[1]

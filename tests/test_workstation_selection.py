@@ -12,7 +12,8 @@ from clusterjob.cli.workstation import WAIT_FOREVER, fill_wait_value
 from clusterjob.errors import ClusterjobError, UsageError
 from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess
 from clusterjob.site.gpu_syntax import syntax_named
-from clusterjob.site.model import GpuModel, NodeGpu, NodeMap, Site
+from clusterjob.site.model import GpuModel, NodeMap, Site
+from clusterjob.site.nodemodel import NodeGpu
 from clusterjob.workstation import claims
 from clusterjob.workstation.known_models import known_model, known_model_for_nvml_name
 from clusterjob.workstation.launch import Acquired, command_environment, parse_timeout

@@ -144,22 +144,28 @@ class GpuInventory:
 
 
 def read_inventory(
-    timeout: float | None = None, *, isolate: bool = False, deadline: float | None = None
+    timeout: float | None = None,
+    *,
+    isolate: bool = False,
+    deadline: float | None = None,
+    started: isolation.ChildRead | None = None,
 ) -> GpuInventory:
     """Every GPU NVML sees on this node, sorted by PCI bus ID.
 
     Raises NvmlError when NVML cannot be used at all, or a GPU is lost before its bus ID is
     known. With ``timeout`` (seconds), a hung driver gives NvmlError(TIMEOUT) instead of
     blocking. ``isolate`` reads in a forked child (see ``clusterjob.gpu.isolation``), as the
-    Slurm hooks must; else the read runs in this process (in a daemon thread when timed).
-    ``deadline`` is the overall budget the timeout message names, when ``timeout`` is only
-    what is left of it.
+    Slurm hooks must: ``started`` is such a child already reading (``start_nvml_read``),
+    else one is started now. Without ``isolate`` the read runs in this process (in a daemon
+    thread when timed). ``deadline`` is the overall budget the timeout message names, when
+    ``timeout`` is only what is left of it.
     """
-    from clusterjob.gpu.nvml import read_nvml  # here: it imports this module's dataclasses
-
     try:
         if isolate:
-            return isolation.in_child(read_nvml, timeout)
+            inventory: GpuInventory = (started or isolation.start_nvml_read()).result(timeout)
+            return inventory
+        from clusterjob.gpu.nvml import read_nvml  # here: it imports this module's dataclasses
+
         if timeout is None:
             return read_nvml()
         return isolation.in_thread(read_nvml, timeout)

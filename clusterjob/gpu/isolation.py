@@ -16,16 +16,23 @@ import signal
 import threading
 import time
 
-from clusterjob.errors import NvmlError, NvmlErrorKind
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
     from collections.abc import Callable
     from typing import Any, TypeVar
 
+    from clusterjob.gpu.inventory import GpuInventory
+
     T = TypeVar("T")
 
-__all__ = ["ReadTimedOut", "in_child", "in_thread", "kill_children"]
+__all__ = [
+    "ChildRead",
+    "ReadTimedOut",
+    "in_thread",
+    "kill_children",
+    "start_in_child",
+    "start_nvml_read",
+]
 
 _CHILDREN: set[int] = set()  # reader children still running
 
@@ -55,13 +62,53 @@ def in_thread(read: Callable[[], T], timeout: float) -> T:
     return result[0]
 
 
-def in_child(read: Callable[[], T], timeout: float | None) -> T:
-    """``read()`` in a forked child with /dev/null as its stdio; its value comes back pickled.
+class ChildRead:
+    """A ``read()`` running in a forked child (``start_in_child``); ``result`` waits for it."""
 
-    An NvmlError in the child is raised here as it was; any other exception becomes
-    NvmlError(UNKNOWN), since it is still an answer and not a hang. ReadTimedOut when the
-    child has not answered within ``timeout`` seconds (it is killed then).
-    """
+    def __init__(self, pid: int, rfd: int) -> None:
+        self.pid = pid
+        self.rfd = rfd
+
+    def result(self, timeout: float | None) -> Any:
+        """The child's value, unpickled. An NvmlError in the child is raised here as it was; any
+        other exception becomes NvmlError(UNKNOWN), since it is still an answer and not a hang.
+        ReadTimedOut when the child has not answered within ``timeout`` seconds from now (it
+        is killed then). Once only."""
+        rfd = self.rfd
+        end = None if timeout is None else time.monotonic() + timeout
+        chunks: list[bytes] = []
+        try:
+            while True:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and (left <= 0 or not select.select([rfd], [], [], left)[0]):
+                    kill_children()
+                    raise ReadTimedOut
+                chunk = os.read(rfd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(rfd)
+        _reap(self.pid, block=True)
+        _CHILDREN.discard(self.pid)
+        from clusterjob.errors import NvmlError, NvmlErrorKind
+
+        try:
+            payload = pickle.loads(b"".join(chunks))
+        except Exception as exc:
+            raise NvmlError(
+                NvmlErrorKind.UNKNOWN, "the NVML reader ended without an answer"
+            ) from exc
+        if payload[0] == "ok":
+            return payload[1]
+        raise NvmlError(NvmlErrorKind(payload[1]), payload[2])
+
+
+def start_in_child(read: Callable[[], Any]) -> ChildRead:
+    """Fork a child with /dev/null as its stdio that runs ``read()`` now, while this process
+    goes on; its value comes back pickled through ``ChildRead.result``. The Prolog starts its
+    NVML read before it imports its checks, so that loading pynvml and the driver overlaps
+    with loading clusterjob. ``kill_children`` ends a child whose result is never asked for."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns
@@ -72,10 +119,14 @@ def in_child(read: Callable[[], T], timeout: float | None) -> T:
                 os.dup2(devnull, fd)
             try:
                 payload: tuple[Any, ...] = ("ok", read())
-            except NvmlError as exc:
-                payload = ("error", exc.kind.value, str(exc))
-            except BaseException as exc:  # anything else is still an answer, not a hang
-                payload = ("error", NvmlErrorKind.UNKNOWN.value, f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:  # an error is still an answer, not a hang
+                from clusterjob.errors import NvmlError, NvmlErrorKind
+
+                if isinstance(exc, NvmlError):
+                    payload = ("error", exc.kind.value, str(exc))
+                else:
+                    kind = NvmlErrorKind.UNKNOWN.value
+                    payload = ("error", kind, f"{type(exc).__name__}: {exc}")
             view = memoryview(pickle.dumps(payload))
             while view:
                 view = view[os.write(wfd, view) :]
@@ -83,30 +134,20 @@ def in_child(read: Callable[[], T], timeout: float | None) -> T:
             os._exit(0)
     os.close(wfd)
     _CHILDREN.add(pid)
-    end = None if timeout is None else time.monotonic() + timeout
-    chunks: list[bytes] = []
-    try:
-        while True:
-            left = None if end is None else end - time.monotonic()
-            if left is not None and (left <= 0 or not select.select([rfd], [], [], left)[0]):
-                kill_children()
-                raise ReadTimedOut
-            chunk = os.read(rfd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(rfd)
-    _reap(pid, block=True)
-    _CHILDREN.discard(pid)
-    try:
-        payload = pickle.loads(b"".join(chunks))
-    except Exception as exc:
-        raise NvmlError(NvmlErrorKind.UNKNOWN, "the NVML reader ended without an answer") from exc
-    if payload[0] == "ok":
-        value: T = payload[1]
-        return value
-    raise NvmlError(NvmlErrorKind(payload[1]), payload[2])
+    return ChildRead(pid, rfd)
+
+
+def start_nvml_read() -> ChildRead:
+    """``clusterjob.gpu.nvml.read_nvml`` in a forked child (see ``start_in_child``): this
+    module imports neither it nor clusterjob's errors (nor dataclasses with them), so the
+    Prolog forks before it has loaded anything else."""
+    return start_in_child(_read_nvml)
+
+
+def _read_nvml() -> GpuInventory:  # in the child
+    from clusterjob.gpu.nvml import read_nvml
+
+    return read_nvml()
 
 
 def kill_children() -> None:

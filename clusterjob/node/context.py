@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from clusterjob.site.model import PrologPolicy
+from clusterjob.site.nodemodel import PrologPolicy
 
 __all__ = ["DEFAULT_CACHE_DIR", "DEFAULT_POLICY", "DEFAULT_SITE", "node_name", "one_line"]
 

@@ -12,8 +12,6 @@ import sys
 from collections.abc import Mapping
 from types import SimpleNamespace
 
-from clusterjob.node.context import DEFAULT_CACHE_DIR, DEFAULT_SITE
-
 # The hooks run before every job: typing is not imported at run time (~3 ms of each Prolog).
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:
@@ -25,6 +23,8 @@ __all__ = ["hook_main"]
 
 def _parser(command: str) -> argparse.ArgumentParser:
     import argparse  # not for the Prolog's usual command line: see _prolog_args
+
+    from clusterjob.node.context import DEFAULT_CACHE_DIR, DEFAULT_SITE
 
     class _ArgParser(argparse.ArgumentParser):
         """argparse that reports a usage error in one line (exit 2) instead of a usage block."""
@@ -98,10 +98,20 @@ def hook_main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     site: str | None = args.site
     if command == "prolog":
         try:
+            from clusterjob.gpu.isolation import start_nvml_read
+
+            # First of all: NVML loads in a child while the checks and the site load here
+            # (pynvml and the driver's init cost about as much as clusterjob's own imports).
+            reading = start_nvml_read()
             from clusterjob.node.prolog import run_prolog
 
             return run_prolog(
-                env, site=site, cache_dir=args.cache_dir, deadline=args.deadline, log=args.log
+                env,
+                site=site,
+                cache_dir=args.cache_dir,
+                deadline=args.deadline,
+                log=args.log,
+                reading=reading,
             )
         except BaseException as exc:  # last resort: one line, drain
             print(f"clusterjob prolog: internal error: {type(exc).__name__}", file=sys.stderr)

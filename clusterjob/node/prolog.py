@@ -23,7 +23,7 @@ from pathlib import Path
 from clusterjob import __version__
 from clusterjob.errors import ClusterjobError, NvmlError, NvmlErrorKind
 from clusterjob.gpu.inventory import read_inventory
-from clusterjob.gpu.isolation import kill_children
+from clusterjob.gpu.isolation import ChildRead, kill_children
 from clusterjob.node import drain
 from clusterjob.node.allocation import Context, allocation_from_env
 from clusterjob.node.checks import Facts, Finding, PreflightReport, Severity, run_checks
@@ -35,7 +35,7 @@ from clusterjob.node.context import (
     one_line,
 )
 from clusterjob.node.trust import open_trusted, open_trusted_append, open_trusted_dir
-from clusterjob.site.model import OnError, PrologPolicy
+from clusterjob.site.nodemodel import OnError, PrologPolicy
 from clusterjob.site.nodeview import compiled_path, load_node_view_fd
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
@@ -180,10 +180,13 @@ def run_prolog(
     cache_dir: str | None = None,
     deadline: float | None = None,
     log: str | None = None,
+    reading: ChildRead | None = None,
 ) -> int:
     """Check the GPUs against the node map; the exit code for slurmd (0 pass, 1 drain).
 
     ``site``, ``cache_dir``, ``deadline`` and ``log`` come from the command line only.
+    ``reading``: the NVML read already started (``start_nvml_read``); else it starts once
+    the site is loaded. Either way no reader child outlives this call.
     """
     run = PrologRun(
         node=node_name(environ),
@@ -219,7 +222,7 @@ def run_prolog(
         run.arm_alarm()
         try:
             left = max(run.remaining(), 0.01)
-            inventory = read_inventory(left, isolate=True, deadline=run.deadline)
+            inventory = read_inventory(left, isolate=True, deadline=run.deadline, started=reading)
         except NvmlError as exc:
             if exc.kind is NvmlErrorKind.GPU_LOST:  # a known-broken node, whatever on_error
                 return run.verdict(_lost_report(run.node, exc))
@@ -238,6 +241,8 @@ def run_prolog(
         return run.verdict(run_checks(facts))
     except Exception as exc:  # a bug in clusterjob must still give slurmd one line
         return run.cannot_check(f"internal error: {type(exc).__name__}: {exc}", "internal")
+    finally:
+        kill_children()  # a read started early whose answer was not needed (a config error)
 
 
 def _open_cache(path: Path, notes: list[str]) -> int | None:

@@ -16,7 +16,8 @@ import hostlist
 
 from clusterjob.errors import ConfigError, ConfigIssue
 from clusterjob.site.loader import load_site, validate_site_file
-from clusterjob.site.model import NodeGpu, Site, gres_units
+from clusterjob.site.model import Site
+from clusterjob.site.nodemodel import NodeGpu, gres_units
 from clusterjob.site.nodeview import compile_node_views, compiled_path
 
 GRES_CONF_HEADER = (

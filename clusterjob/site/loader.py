@@ -23,23 +23,25 @@ from clusterjob.pci import normalise_bus_id
 from clusterjob.site import jobpolicy, schema
 from clusterjob.site.gpu_syntax import GpuRequestSyntax, syntax_named, syntax_names
 from clusterjob.site.model import (
-    CHECK_SEVERITIES,
-    NODE_CHECK_IDS,
     VENDORS,
-    CheckPolicy,
     GpuModel,
     JobDefaults,
     JobEnvironment,
-    NodeGpu,
     NodeMap,
-    OnError,
     Partition,
-    PrologPolicy,
     RequestForm,
     Site,
     mig_profile_size,
     slice_model,
     slice_nvml_name,
+)
+from clusterjob.site.nodemodel import (
+    CHECK_SEVERITIES,
+    NODE_CHECK_IDS,
+    CheckPolicy,
+    NodeGpu,
+    OnError,
+    PrologPolicy,
 )
 from clusterjob.site.yamlcheck import (
     INVALID,

@@ -1,28 +1,22 @@
 """A site, as clusterjob knows it: frozen dataclasses built by ``clusterjob.site.loader``.
 
-Nothing here parses YAML or touches Slurm; this is the vocabulary shared by the
-submission side (request -> sbatch script) and the node side (preflight checks).
+Nothing here parses YAML or touches Slurm; this is the vocabulary of the submission side
+(request -> sbatch script). The node side's part (GPU slots, check and Prolog policies) is in
+``clusterjob.site.nodemodel``, which the Prolog imports without this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 
 from clusterjob.gpu.models import model_for_nvml_name
+from clusterjob.site.nodemodel import CheckPolicy, GresUnit, NodeGpu, PrologPolicy, gres_units
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # the node side imports this module and never needs the syntaxes
     from clusterjob.site.gpu_syntax.base import GpuRequestSyntax
-
-
-class OnError(str, Enum):
-    """What the Prolog does when it cannot check (internal error, NVML unavailable)."""
-
-    DRAIN = "drain"
-    PASS = "pass"
 
 
 @dataclass(frozen=True)
@@ -124,63 +118,6 @@ class JobEnvironment:
         return any(v is not None for v in (self.python, self.venv, self.conda))
 
 
-# The node checks' ids, as clusterjob.node.checks registers them (a test keeps the two equal):
-# the site file may name them (checks.severity) and is validated below the node layer.
-NODE_CHECK_IDS = (
-    "node-unmapped",
-    "gpu-count",
-    "driver-version",
-    "gpu-missing",
-    "model-mismatch",
-    "gpu-uuid",
-    "gpu-extra",
-    "alloc-env",
-    "alloc-slot",
-    "gres-index",
-    "alloc-count",
-    "alloc-model",
-    "cuda-order",
-    "gpu-lost",
-    "ecc-uncorrectable",
-    "row-remap-failure",
-    "row-remap-pending",
-    "mig-pending",
-    "mig-mode",
-    "mig-layout",
-    "alloc-mig",
-    "pcie-degraded",
-    "nvlink-down",
-    "nvlink-fabric",
-    "clocks-throttled",
-    "gpu-hot",
-    "power-capped",
-    "retired-pages-pending",
-    "gpu-busy",
-    "numa-affinity",
-    "persistence-off",
-)
-CHECK_SEVERITIES = ("error", "warning", "off")
-
-
-@dataclass(frozen=True)
-class CheckPolicy:
-    """What a site, or one partition, asks of the node checks: the oldest NVIDIA driver and
-    CUDA driver API it accepts, and per check id a severity ("error", "warning" or "off")
-    instead of the check's own."""
-
-    driver_min: str | None = None  # e.g. "535.104.05"
-    severity: Mapping[str, str] = field(default_factory=dict)
-    cuda_min: str | None = None  # the CUDA version the driver supports, e.g. "12.4"
-
-    def under(self, partition: CheckPolicy) -> CheckPolicy:
-        """This site-wide policy with a partition's on top of it."""
-        return CheckPolicy(
-            partition.driver_min or self.driver_min,
-            {**self.severity, **partition.severity},
-            partition.cuda_min or self.cuda_min,
-        )
-
-
 @dataclass(frozen=True)
 class Partition:
     name: str
@@ -196,52 +133,6 @@ class Partition:
     gpus_per_node: int | None = None  # exactly this many per node (whole-node partitions)
     max_nodes: int | None = None
     preflight: str | None = None  # PREFLIGHT_MODES; None: the site's
-
-
-@dataclass(frozen=True)
-class NodeGpu:
-    """One GPU slot of a node, in physical (PCI bus) order; slot i is Slurm GRES index i."""
-
-    slot: int
-    model: str  # canonical model name
-    bus_id: str | None = None  # normalised with clusterjob.pci.normalise_bus_id
-    uuid: str | None = None
-    nvlinks: int | None = None  # NVLink links that must be active (the slot's nvlinks: key)
-    mig: tuple[str, ...] | None = None  # MIG profiles of its slices; (): MIG off; None: any
-    mig_gi: tuple[int, ...] | None = None  # each slice's GPU instance id, where the map gives them
-
-
-@dataclass(frozen=True)
-class GresUnit:
-    """One Slurm GRES index of a node: a whole GPU, or one MIG slice of it.
-
-    The generated gres.conf lists a node's GPUs in slot order and a GPU in MIG mode as one
-    record per slice (in the order of its ``mig:`` list), so GRES index i is the i-th unit.
-    """
-
-    index: int  # the GRES index
-    slot: NodeGpu  # the GPU (the slice's parent)
-    slice: int | None = None  # position in the slot's ``mig:`` list; None: the whole GPU
-
-    @property
-    def profile(self) -> str | None:
-        return None if self.slice is None or not self.slot.mig else self.slot.mig[self.slice]
-
-    @property
-    def gpu_instance(self) -> int | None:
-        gis = self.slot.mig_gi
-        return None if self.slice is None or gis is None else gis[self.slice]
-
-
-def gres_units(gpus: tuple[NodeGpu, ...]) -> tuple[GresUnit, ...]:
-    """A node's GRES indices: one per GPU, one per MIG slice of a GPU the map puts in MIG mode."""
-    units: list[GresUnit] = []
-    for slot in gpus:
-        if slot.mig:
-            units += [GresUnit(len(units) + k, slot, k) for k in range(len(slot.mig))]
-        else:
-            units.append(GresUnit(len(units), slot))
-    return tuple(units)
 
 
 MIG_SLICE_MARK = " MIG "  # NVML names a slice "<the GPU's name> MIG <profile>"
@@ -281,13 +172,6 @@ class NodeMap:
 
     def __contains__(self, node: object) -> bool:
         return node in self.nodes
-
-
-@dataclass(frozen=True)
-class PrologPolicy:
-    on_error: OnError = OnError.DRAIN  # documented default: an unchecked node is not trusted
-    deadline_seconds: float = 20.0  # well under a typical PrologEpilogTimeout
-    log_path: str = "/var/log/clusterjob/prolog.jsonl"
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterjob.gpu.models import model_for_nvml_name
-from clusterjob.site.model import CheckPolicy, NodeGpu, OnError, PrologPolicy, Site
+from clusterjob.site.nodemodel import CheckPolicy, NodeGpu, OnError, PrologPolicy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
     from typing import Any
+
+    from clusterjob.site.model import Site  # the submission side's model: not on a cache hit
 
 CACHE_FORMAT = 7  # 3: a slot's nvlinks; 4: check policies; 5: a slot's MIG; 6: cuda_min;
 # 7: the GPU instance ids of its MIG slices

@@ -95,13 +95,13 @@ def _syntax_names() -> tuple[str, ...]:
 
 
 def _check_ids() -> tuple[str, ...]:
-    from clusterjob.site.model import NODE_CHECK_IDS
+    from clusterjob.site.nodemodel import NODE_CHECK_IDS
 
     return tuple(sorted(NODE_CHECK_IDS))
 
 
 def _severities() -> tuple[str, ...]:
-    from clusterjob.site.model import CHECK_SEVERITIES
+    from clusterjob.site.nodemodel import CHECK_SEVERITIES
 
     return CHECK_SEVERITIES
 
@@ -117,7 +117,7 @@ def _model_constants(name: str) -> Callable[[], tuple[str, ...]]:
 
 
 def _on_error() -> tuple[str, ...]:
-    from clusterjob.site.model import OnError
+    from clusterjob.site.nodemodel import OnError
 
     return tuple(e.value for e in OnError)
 

@@ -16,7 +16,7 @@ from functools import cached_property
 from clusterjob.gpu.inventory import Gpu, GpuInventory, MigDevice
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.node.allocation import Allocation, Context
-from clusterjob.site.model import GresUnit, NodeGpu, gres_units
+from clusterjob.site.nodemodel import GresUnit, NodeGpu, gres_units
 
 __all__ = ["Facts", "JobSlice", "Need"]
 

@@ -9,7 +9,7 @@ from clusterjob.gpu.inventory import Gpu
 from clusterjob.node.checks.facts import Facts, Need
 from clusterjob.node.checks.findings import Severity
 from clusterjob.node.checks.registry import Observation, Stage, check
-from clusterjob.site.model import NodeGpu
+from clusterjob.site.nodemodel import NodeGpu
 
 
 @check(
