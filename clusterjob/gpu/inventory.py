@@ -97,6 +97,8 @@ class MigDevice:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU as NVML reports it: identity, health and what runs on it (None: unknown)."""
+
     index: int  # NVML index (PCI bus order on current drivers; never trusted alone)
     bus_id: str  # normalised, see clusterjob.pci.normalise_bus_id
     name: str | None
@@ -132,6 +134,8 @@ class Gpu:
 
 @dataclass(frozen=True)
 class GpuInventory:
+    """Every GPU NVML sees on this node, and the driver's versions."""
+
     gpus: tuple[Gpu, ...]  # sorted by bus_id: physical order
     driver_version: str | None
     cuda_driver_version: int | None  # e.g. 12040

@@ -138,6 +138,9 @@ def gres_units(gpus: tuple[NodeGpu, ...]) -> tuple[GresUnit, ...]:
 
 @dataclass(frozen=True)
 class PrologPolicy:
+    """The site's ``prolog:`` keys: what to do when the GPUs cannot be checked, the deadline,
+    and the node-local JSON-lines log."""
+
     on_error: OnError = OnError.DRAIN  # documented default: an unchecked node is not trusted
     deadline_seconds: float = 20.0  # well under a typical PrologEpilogTimeout
     log_path: str = "/var/log/clusterjob/prolog.jsonl"

@@ -19,6 +19,8 @@ class Severity(str, Enum):
 
 @dataclass(frozen=True)
 class Finding:
+    """What one check found wrong (or worth a warning) on one node, in one line."""
+
     check_id: str
     severity: Severity
     node: str
@@ -51,6 +53,8 @@ class SlotRow:
 
 @dataclass(frozen=True)
 class PreflightReport:
+    """A node's verdict: every finding, and the table of its slots."""
+
     node: str
     findings: tuple[Finding, ...]
     rows: tuple[SlotRow, ...]

@@ -76,6 +76,8 @@ class Observation:
 
 @dataclass(frozen=True)
 class Check:
+    """A registered node check: its id, worst severity, stage and the facts it needs."""
+
     id: str
     severity: Severity  # the worst it reports
     stage: Stage
