@@ -41,6 +41,7 @@ from clusterjob.jobs.status import (
     status,
 )
 from clusterjob.jobs.submit import (
+    REQUEST_FORMAT,
     Changes,
     Submitted,
     TestOnlyResult,
@@ -568,7 +569,8 @@ def test_submit_records_exactly_what_reproduces_the_job(data: Path, tmp_path: Pa
         job_name=resolved.job_name, script=rendered.script, script_path=str(path),
         command_line="clusterjob submit 'a b'", work_dir=str(work), git_commit=head,
         submitted_at=kept.submitted_at, state="PENDING",
-        request=json.dumps(asdict(resolved.request)), host="",
+        request=json.dumps({**asdict(resolved.request), "request_format": REQUEST_FORMAT}),
+        host="",
     )  # fmt: skip
     assert Registry().all() == []  # the registry given, not the default one
 
@@ -734,6 +736,20 @@ def test_recorded_request_is_the_request_as_submitted() -> None:
     )
     old = {k: v for k, v in asdict(JobRequest(script="t.py")).items() if k not in ("env", "gres")}
     assert recorded_request(record("9", request=json.dumps(old))).env == ()
+
+
+def test_a_recorded_tasks_per_node_of_1_is_read_by_the_form_it_was_written_in() -> None:
+    """Before form 2, 1 task per node was recorded for "not asked for" too (resubmitting such
+    a job renders what it rendered then: one task per GPU where the site runs so); from form
+    2 on, None is "not asked for" and 1 is one task per node."""
+    plain = asdict(JobRequest(script="t.py", tasks_per_node=1))
+    assert recorded_request(record("9", request=json.dumps(plain))).tasks_per_node is None
+    asked = {**plain, "request_format": REQUEST_FORMAT}
+    assert recorded_request(record("9", request=json.dumps(asked))).tasks_per_node == 1
+    two = {k: (2 if k == "tasks_per_node" else v) for k, v in plain.items()}
+    assert recorded_request(record("9", request=json.dumps(two))).tasks_per_node == 2
+    unasked = {**asdict(JobRequest(script="t.py")), "request_format": REQUEST_FORMAT}
+    assert recorded_request(record("9", request=json.dumps(unasked))).tasks_per_node is None
 
 
 def test_recorded_request_refusals() -> None:

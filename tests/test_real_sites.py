@@ -436,6 +436,54 @@ EXAMPLES = {
             time="01:00:00",
         ),
     ),
+    "lonestar6-gpu-a100-namd-one-task-per-node": Example(
+        "lonestar6",
+        "https://docs.tacc.utexas.edu/software/namd/#lonestar6 (GPU nodes, one task per node "
+        "for a node's three GPUs), read from its source at https://github.com/TACC/TACC-Docs/"
+        "blob/1d94ecfa3d5c9a49b301e41630a3cc69636cfee9/docs/software/namd.md",
+        """
+        #SBATCH -J test
+        #SBATCH -o test.o%j
+        #SBATCH -N 3
+        #SBATCH -n 3
+        #SBATCH -p gpu-a100
+        #SBATCH -t 24:00:00
+        """,
+        dict(
+            gpus=3,
+            nodes=3,
+            tasks_per_node=1,
+            launcher="srun",
+            model="a100",
+            partition="gpu-a100",
+            job_name="test",
+            output="test.o%j",
+            time="24:00:00",
+        ),
+    ),
+    "lonestar6-gpu-a100-namd-gpu-resident": Example(
+        "lonestar6",
+        "https://docs.tacc.utexas.edu/software/namd/#lonestar6 (GPU-resident mode: one node, "
+        "one MPI task), read from its source at https://github.com/TACC/TACC-Docs/blob/"
+        "1d94ecfa3d5c9a49b301e41630a3cc69636cfee9/docs/software/namd.md",
+        """
+        #SBATCH -J test
+        #SBATCH -o test.o%j
+        #SBATCH -N 1
+        #SBATCH -n 1
+        #SBATCH -p gpu-a100
+        #SBATCH -t 24:00:00
+        """,
+        dict(
+            gpus=3,
+            tasks_per_node=1,
+            model="a100",
+            partition="gpu-a100",
+            job_name="test",
+            output="test.o%j",
+            time="24:00:00",
+        ),
+    ),
 }
 
 SITES = ("perlmutter", "narval", "jeanzay", "lumi", "lonestar6")

@@ -16,7 +16,7 @@ import pytest
 from clusterjob.errors import ConfigError, UsageError
 from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.gpu_syntax import syntax_named
-from clusterjob.site.model import GpuModel, JobDefaults, NodeMap, Partition, Site
+from clusterjob.site.model import GpuModel, JobDefaults, NodeMap, Partition, RequestForm, Site
 from clusterjob.site.nodemodel import NodeGpu
 
 A100 = GpuModel("A100", ("a100-80gb", "A100-SXM4-80GB"), "a100", ("NVIDIA A100-SXM4-80GB",), 80)
@@ -286,6 +286,42 @@ def test_untyped_site_without_feature_can_still_ask_for_gpus() -> None:
     job = resolve(site, JobRequest("train.py", model="A100", gpus=2, nodes=2))
     assert job.gres.options == ("--gpus-per-node=2",)
     assert job.gres.gres_type is None
+
+
+@pytest.mark.parametrize(
+    ("asked", "tasks", "cpus_per_task"),
+    [(None, 4, 8), (1, 1, 32), (2, 2, 16), (4, 4, 8)],
+)
+def test_a_site_of_one_task_per_gpu_writes_the_tasks_asked_for(
+    asked: int | None, tasks: int, cpus_per_task: int
+) -> None:
+    """On a site whose jobs name CPUs per task (one task per GPU), --tasks-per-node, when
+    given, is the task count, 1 included (one task driving a node's GPUs); not given, one
+    task per GPU. The CPUs per GPU are spread over the tasks."""
+    site = replace(GRES_SITE, form=RequestForm(cpus="cpus-per-task"))
+    job = resolve(
+        site,
+        JobRequest("t.py", gpus=4, model="a100", tasks_per_node=asked, launcher="srun"),
+        choose_interpreter=False,
+    )
+    assert (job.sbatch_tasks_per_node, job.cpus_per_task) == (tasks, cpus_per_task)
+    assert job.tasks_per_node == (asked or 1)
+
+
+def test_gpus_per_task_refuses_a_task_count_other_than_the_gpus() -> None:
+    """With --gpus-per-task=1 the tasks are the GPUs: another task count would change how
+    many GPUs the job gets, so it is refused; the GPU count itself is accepted."""
+    site = make_site("gpus-per-task")
+    request = JobRequest("t.py", gpus=4, model="a100", launcher="srun")
+    job = resolve(site, replace(request, tasks_per_node=4), choose_interpreter=False)
+    assert job.sbatch_tasks_per_node == 4
+    with pytest.raises(UsageError) as info:
+        resolve(site, replace(request, tasks_per_node=2), choose_interpreter=False)
+    assert str(info.value) == (
+        "--tasks-per-node 2: site mllab gives each task one GPU (--ntasks-per-node=N "
+        "--gpus-per-task=TYPE:1), so 4 GPU(s) a node are 4 task(s) a node: drop "
+        "--tasks-per-node"
+    )
 
 
 def test_only_model_may_be_left_out() -> None:

@@ -61,7 +61,7 @@ JOB_OPTIONS: dict[str, object] = {
     "account": None, "qos": None, "cpus_per_gpu": None, "mem_per_gpu": None,
     "job_name": None, "array": None, "dependency": None, "output": None, "error": None,
     "signal": None, "requeue": False, "exclude": None, "nodelist": None, "mail_type": None,
-    "mail_user": None, "constraint": None, "sbatch_args": (), "tasks_per_node": 1,
+    "mail_user": None, "constraint": None, "sbatch_args": (), "tasks_per_node": None,
     "launcher": None, "launcher_args": (), "setup": (), "modules": (), "env": (),
     "container_image": None, "container_mounts": None, "apptainer": None, "python": None,
     "venv": None, "conda": None, "sweep": (), "params": None, "gres": (), "project": None,

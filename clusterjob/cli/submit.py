@@ -84,8 +84,14 @@ def submit(
         typer.Option("--sbatch-arg", help="Extra sbatch option, e.g. --sbatch-arg=--exclusive."),
     ] = None,
     tasks_per_node: Annotated[
-        int, typer.Option("--tasks-per-node", help="Tasks per node, started by srun.")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--tasks-per-node",
+            help="Tasks per node, started by srun. Default: one, or one per GPU where the "
+            "site's jobs run one task per GPU.",
+            show_default=False,
+        ),
+    ] = None,
     launcher: Annotated[
         str | None,
         typer.Option(

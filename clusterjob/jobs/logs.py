@@ -255,4 +255,4 @@ def rank_layout(
         live = client.scontrol_job(job_id)
         nodes = live.nodes if live is not None else None
     names = tuple(hostlist.expand_hostlist(nodes)) if nodes else ()
-    return RankLayout(choose_launcher(request), names, request.tasks_per_node)
+    return RankLayout(choose_launcher(request), names, request.tasks_per_node or 1)

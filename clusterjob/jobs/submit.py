@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from clusterjob.jobscript.request import JobRequest, ResolvedJob
     from clusterjob.site.model import Site
 
+# The form of a recorded request (the registry's `request` column): 2 keeps tasks_per_node
+# None when it was not asked for; before, 1 stood for both.
+REQUEST_FORMAT = 2
+
 
 @dataclass(frozen=True)
 class Submitted:
@@ -179,7 +183,7 @@ def submit(
         git_commit=git_commit(local) if local is not None else None,
         submitted_at=time.time(),
         state="PENDING",
-        request=json.dumps(asdict(request)),
+        request=json.dumps({**asdict(request), "request_format": REQUEST_FORMAT}),
         resubmit_of=resubmit_of,
         host=client.runner.transport.label,
     )
@@ -279,6 +283,8 @@ def recorded_request(record: JobRecord) -> JobRequest:
         )
     try:
         data = json.loads(record.request)
+        if data.pop("request_format", 1) < 2 and data.get("tasks_per_node") == 1:
+            data["tasks_per_node"] = None  # recorded before 2: 1 was also "not asked for"
         data["args"] = tuple(data.get("args") or ())
         data["sbatch_args"] = tuple(data.get("sbatch_args") or ())
         data["task_args"] = tuple(tuple(t) for t in data.get("task_args") or ())

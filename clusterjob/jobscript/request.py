@@ -65,7 +65,9 @@ class JobRequest:
     mail_user: str | None = None
     constraint: str | None = None
     sbatch_args: tuple[str, ...] = ()  # passed through as #SBATCH lines, e.g. "--exclusive"
-    tasks_per_node: int = 1  # torchrun spawns one worker per GPU itself
+    # None: not asked for: one task per node, or one per GPU where the site's jobs run one
+    # task per GPU (gpus-per-task syntax, cpus-per-task form); torchrun spawns its workers
+    tasks_per_node: int | None = None
     token: str = field(default_factory=new_token)
     # --sweep / --params: array task i gets task_args[i] appended to args (one array job)
     task_args: tuple[tuple[str, ...], ...] = ()
@@ -207,7 +209,8 @@ def _check_text_fields(request: JobRequest) -> None:
     if not _TOKEN.fullmatch(request.token):
         raise UsageError(f"bad submission token {request.token!r}")
     for name in ("nodes", "tasks_per_node"):
-        if getattr(request, name) < 1:
+        value = getattr(request, name)
+        if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if request.gpus < 0:
         raise UsageError("--gpus must be 0 (a CPU-only job) or more")
@@ -576,7 +579,7 @@ def choose_launcher(request: JobRequest) -> str:
     node is asked for, torchrun over several nodes, else the batch shell itself (none).
     ``--tasks-per-node`` never silently does nothing: where it cannot apply it is refused."""
     launcher = request.launcher
-    tasks = request.tasks_per_node
+    tasks = request.tasks_per_node or 1
     if launcher is None:
         several = request.nodes > 1
         launcher = (
@@ -814,8 +817,16 @@ def resolve(
     mem_per_gpu = request.mem_per_gpu if request.mem_per_gpu is not None else defaults.mem_per_gpu
     sbatch_tasks, cpus_per_task = None, None
     one_task_per_gpu = site.gpu_syntax.name == "gpus-per-task"
+    asked_tasks = request.tasks_per_node
+    if model is not None and one_task_per_gpu and asked_tasks not in (None, request.gpus):
+        raise UsageError(
+            f"--tasks-per-node {asked_tasks}: site {site.name} gives each task one GPU "
+            f"({site.gpu_syntax.usage}), so {request.gpus} GPU(s) a node are "
+            f"{request.gpus} task(s) a node: drop --tasks-per-node"
+        )
     if model is not None and (site.form.cpus == "cpus-per-task" or one_task_per_gpu):
-        sbatch_tasks = request.tasks_per_node if request.tasks_per_node > 1 else request.gpus
+        # one task per GPU unless asked otherwise (e.g. one task driving a node's GPUs)
+        sbatch_tasks = asked_tasks if asked_tasks is not None else request.gpus
         if cpus_per_gpu is not None:
             cpus_per_task = max(1, cpus_per_gpu * request.gpus // sbatch_tasks)
     mem = None
@@ -832,7 +843,7 @@ def resolve(
         gres=gres,
         nodes=request.nodes,
         gpus_per_node=request.gpus,
-        tasks_per_node=request.tasks_per_node,
+        tasks_per_node=request.tasks_per_node or 1,
         job_name=check_directive_value(job_name, "the job name"),
         account=account,
         qos=qos,
