@@ -324,6 +324,37 @@ EXAMPLES = {
             error="step9_3D_parallelism_%j.out",
         ),
     ),
+    "jeanzay-a100-16-nodes-idris": Example(
+        "jeanzay",
+        "https://github.com/idriscnrs/Democratizing-LLM-FT/blob/"
+        "0842a846d9ea697e8e077a32a73c1c88cc846e14/slurm/FSDP_sAC_a100_14B_.slurm (IDRIS's "
+        "FSDP fine-tuning on 16 A100 nodes: -C a100 with the partition named, a "
+        "{project}@a100 account, no QoS for 2 hours)",
+        """
+        #SBATCH --job-name=bc
+        #SBATCH --output=logs/out/FSDP_sAC_a100_14B_%j.out
+        #SBATCH --error=logs/err/FSDP_sAC_a100_14B_%j.err
+        #SBATCH --gres=gpu:8
+        #SBATCH --nodes=16
+        #SBATCH --ntasks-per-node=8
+        #SBATCH --hint=nomultithread
+        #SBATCH --time=02:00:00
+        #SBATCH --cpus-per-task=8
+        #SBATCH -C a100
+        #SBATCH --partition=gpu_p5
+        #SBATCH --account=sos@a100
+        """,
+        dict(
+            gpus=8,
+            nodes=16,
+            model="a100",
+            project="sos",
+            job_name="bc",
+            time="02:00:00",
+            output="logs/out/FSDP_sAC_a100_14B_%j.out",
+            error="logs/err/FSDP_sAC_a100_14B_%j.err",
+        ),
+    ),
     "jeanzay-h100-account-idris": Example(
         "jeanzay",
         "https://github.com/idriscnrs/JZ-Megatron-DeepSpeed/blob/"
