@@ -33,6 +33,15 @@ HELP = "clusterjob --help"
 DRY_RUN = "clusterjob submit --dry-run (10-node site)"
 DRY_RUN_NAMED = "clusterjob submit --dry-run --python PYTHON (10-node site)"
 NEWER_TYPER = "newest Typer: python -c 'import typer'"
+# What any run of the submit command loads before clusterjob's own code: Typer to read the
+# options, Jinja2 to render the template. Against submitit's whole run it is the part of
+# the dry run's ratio that belongs to the two dependencies.
+DEPS = "python -c 'import typer, jinja2'"
+# Typer's other per-run cost: building the click command of `submit` (its 45 options) from
+# the function's signature, every run. Timed as the CLI module with and without it.
+CLI_MODULE = "python -c 'import the submit command module'"
+CLI_BUILT = "python -c 'import the submit command module; build its command'"
+_IMPORT_SUBMIT = "from clusterjob.cli import app; import clusterjob.cli.submit"
 
 SUBMITIT_CODE = """\
 import submitit
@@ -129,6 +138,12 @@ def run(work: Path, *, quick: bool) -> Result:
     commands = {
         REFERENCE_NAME: (list(REFERENCE), None),
         TYPER: ([PYTHON, "-c", "import typer"], None),
+        DEPS: ([PYTHON, "-c", "import typer, jinja2"], None),
+        CLI_MODULE: ([PYTHON, "-c", _IMPORT_SUBMIT], None),
+        CLI_BUILT: (
+            [PYTHON, "-c", f"{_IMPORT_SUBMIT}; import typer.main; typer.main.get_command(app)"],
+            None,
+        ),
         HELP: ([*cj, "--help"], env),
         DRY_RUN: (submit(small), env),
     }
@@ -168,6 +183,7 @@ def run(work: Path, *, quick: bool) -> Result:
         HELP: (TYPER, TARGET_HELP),
         DRY_RUN: (SUBMITIT, TARGET_DRY_RUN),
         DRY_RUN_NAMED: (SUBMITIT, None),
+        DEPS: (SUBMITIT, None),
         f"{HELP}, newest Typer": (NEWER_TYPER, TARGET_HELP),
         f"{DRY_RUN_NAMED}, newest Typer": (DRY_RUN_NAMED, None),
     }
@@ -188,4 +204,31 @@ def run(work: Path, *, quick: bool) -> Result:
             limit,
             note=f"median of {repeats}; {value / ref:.2f}x {REFERENCE_NAME}",
         )
+    if SUBMITIT in times:
+        _shares(result, times, ref)
     return result
+
+
+def _shares(result: Result, times: dict[str, list[float]], ref: float) -> None:
+    """Where the named dry run's time goes, against submitit's whole run: the interpreter,
+    the two dependencies' imports, and what is left (clusterjob's own imports and work)."""
+    dry, deps = median(times[DRY_RUN_NAMED]), median(times[DEPS])
+    submitit = median(times[SUBMITIT])
+    building = max(median(times[CLI_BUILT]) - median(times[CLI_MODULE]), 0.0)
+    for figure, seconds in (
+        ("the dry run (--python named): interpreter start", ref),
+        ("the dry run (--python named): Typer and Jinja2 imported", deps - ref),
+        ("the dry run (--python named): Typer building `submit`'s command", building),
+        (
+            "the dry run (--python named): clusterjob's own imports and work",
+            dry - deps - building,
+        ),
+    ):
+        result.add(
+            figure,
+            seconds * 1000,
+            "ms",
+            ratio=seconds / submitit,
+            reference=SUBMITIT,
+            note=f"{seconds / dry:.0%} of the dry run; medians of the same interleaved run",
+        )

@@ -15,7 +15,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchmarks.common import REFERENCE, REFERENCE_NAME, Result, clusterjob_command, median
+from benchmarks.common import (
+    PYTHON,
+    REFERENCE,
+    REFERENCE_NAME,
+    Result,
+    clusterjob_command,
+    median,
+)
 from benchmarks.slurm_load import count_calls, wrap_clients
 from clusterjob.sandbox.cluster import resolve_state_dir
 from clusterjob.sandbox.config import Layout
@@ -145,7 +152,9 @@ def sweep(
     script.write_text(rendered)  # `#SBATCH --array=0-N` and a case on SLURM_ARRAY_TASK_ID
     array = ["sbatch", "--parsable", f"--chdir={work}", str(script)]
     one = [*cj[:-3], "--job-name", name, cj[-1]]
-    times: dict[str, list[float]] = {"sweep": [], "array": [], "one": [], "dry": []}
+    times: dict[str, list[float]] = {
+        "sweep": [], "array": [], "one": [], "dry": [], "pass": [], "deps": []
+    }  # fmt: skip
     try:
         for i in range(rounds):
             order = [
@@ -153,6 +162,8 @@ def sweep(
                 ("array", array),
                 ("one", one),
                 ("dry", [*swept, "--dry-run"]),
+                ("pass", list(REFERENCE)),
+                ("deps", [PYTHON, "-c", "import typer, jinja2"]),
             ]
             for label, cmd in order if i % 2 else reversed(order):
                 start = time.perf_counter()
@@ -188,6 +199,24 @@ def sweep(
             theirs,
             note=f"{note}, interleaved; all but Slurm and the registry: "
             f"{dry / ours:.0%} of the sweep's time",
+        )
+        floor, deps = median(times["pass"]), median(times["deps"])
+        result.compared(
+            f"floor of any Python CLI: {REFERENCE_NAME}",
+            floor,
+            "plain sbatch of the array script",
+            theirs,
+            note=f"{note}, interleaved; {floor / ours:.0%} of the sweep's time",
+        )
+        result.compared(
+            "floor of this CLI: python -c 'import typer, jinja2'",
+            deps,
+            "plain sbatch of the array script",
+            theirs,
+            note=f"{note}, interleaved; {deps / ours:.0%} of the sweep's time (the interpreter "
+            f"{floor * 1000:.0f} ms, Typer and Jinja2 {(deps - floor) * 1000:.0f} ms); "
+            f"clusterjob's own imports, site, rendering, registry and its sbatch call: "
+            f"{(ours - deps) * 1000:.0f} ms",
         )
         _status_of_a_big_sweep(result, work, swept, counted, log)
     finally:
