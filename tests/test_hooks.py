@@ -258,6 +258,18 @@ NOT_STDLIB = (
 )
 
 
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter that finds this checkout's clusterjob, and no more."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
     site = write_site(conf_dir)
     os.chown(site, NOBODY, -1)  # the prolog stops at the trust check: no config parsing here
@@ -270,14 +282,7 @@ def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
         f"print('LOADED', bad, {NOT_STDLIB})\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _python(code)
     assert done.stdout.splitlines()[-1] == "LOADED [] []", done.stderr
 
 
@@ -295,14 +300,7 @@ def test_a_hook_run_as_the_command_ends_without_teardown() -> None:
         "main()\n"
         "print('NOT REACHED')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _python(code)
     assert (done.returncode, done.stdout.splitlines()) == (
         0,
         [
