@@ -406,6 +406,37 @@ def test_prolog_reads_nvml_while_its_checks_load(node: Node) -> None:
     assert done.stdout.splitlines()[-1] == "RESULT 0 [] none", done.stderr
 
 
+def test_prolog_whose_early_fork_fails_still_checks_the_gpus(node: Node) -> None:
+    """No process to spare when the Prolog starts (the early fork fails with EAGAIN): the
+    NVML read is forked again once the site is loaded, and the node is checked as usual."""
+    node.setup(mixed())
+    failing_first = (
+        "import errno, os\n"
+        "real_fork, calls = os.fork, []\n"
+        "def fork():\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 1:\n"
+        "        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))\n"
+        "    return real_fork()\n"
+        "os.fork = fork\n"
+    )
+    done = node.run(
+        "-c",
+        failing_first + WATCH_FORK + "print('FORKS', len(calls))\n",
+        "prolog",
+        "--site",
+        str(node.site),
+        "--cache-dir",
+        str(node.cache),
+    )
+    late = "['clusterjob.errors', 'clusterjob.node.prolog', 'clusterjob.site.nodemodel', " + (
+        "'dataclasses', 'pathlib']"
+    )  # the real fork came after the checks were loaded
+    assert done.stdout.splitlines()[-2:] == [f"RESULT 0 {late} none", "FORKS 2"], done.stderr
+    (rec,) = node.log_records()
+    assert rec["outcome"] == "ok"
+
+
 def test_prolog_leaves_no_nvml_reader_behind_on_a_config_error(node: Node) -> None:
     """A site file that cannot be read ends the Prolog before it asks for the NVML answer: the
     reader started early (here hung in the driver) is killed, not left to the node."""

@@ -7,6 +7,7 @@ and ``clusterjob.node.task_prolog``; here only the arguments are read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Mapping
@@ -98,11 +99,15 @@ def hook_main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
     site: str | None = args.site
     if command == "prolog":
         try:
-            from clusterjob.gpu.isolation import start_nvml_read
+            from clusterjob.gpu.isolation import ChildRead, start_nvml_read
 
             # First of all: NVML loads in a child while the checks and the site load here
             # (pynvml and the driver's init cost about as much as clusterjob's own imports).
-            reading = start_nvml_read()
+            reading: ChildRead | None = None
+            # No process to spare now: run_prolog forks once the site's policy is known, and
+            # follows that policy if it fails again.
+            with contextlib.suppress(OSError):
+                reading = start_nvml_read()
             from clusterjob.node.prolog import run_prolog
 
             return run_prolog(
