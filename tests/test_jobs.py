@@ -191,6 +191,32 @@ def test_an_end_known_to_nobody_but_squeue_is_recorded_with_squeues_exit_code(da
     assert (recorded.state, recorded.exit_code) == ("FAILED", 3)
 
 
+@pytest.mark.parametrize(
+    ("fields", "gpus"),
+    [
+        ({"tres_per_node": "gres:gpu:3g.40gb:1"}, "gres/gpu:3g.40gb=1,gres/gpu=1"),
+        ({"tres_per_node": "gres/gpu:a100:4", "nodes": "gpu[1-2]"},
+         "gres/gpu:a100=8,gres/gpu=8"),  # 24.11's spelling; per node, times the nodes
+        ({"tres_per_node": "", "tres_per_job": "gres:gpu:3"}, "gres/gpu=3"),  # --gpus
+    ],
+)  # fmt: skip
+def test_an_end_seen_by_squeue_first_records_the_gpus_as_sacct_spells_them(
+    data, fields: dict[str, str], gpus: str
+) -> None:
+    """Seen in a CI run: a MIG job's status said ``gres:gpu:3g.40gb:1`` (squeue's request per
+    node) where sacct says ``gres/gpu:3g.40gb=1``, because squeue saw the end first and a
+    final record is not asked about again. An ended job's GPUs read one way, the whole job's
+    as AllocTRES lists them, whichever of the two saw the end."""
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state="COMPLETED", reason="None", **fields)
+    slurm.unrecorded_end.add(job_id)
+    track(registry, slurm, job_id)
+    (row,) = status(client=slurm.client(), registry=registry)
+    assert (row.state, row.source, row.gpus) == ("COMPLETED", "squeue", gpus)
+    assert registry.get(job_id).gpus == gpus
+
+
 def test_an_end_squeue_gives_no_code_for_is_not_recorded_until_one_is_known(data) -> None:
     slurm = FakeSlurm()
     registry = Registry()

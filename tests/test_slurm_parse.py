@@ -643,3 +643,18 @@ def test_squeue_rows_carry_the_exit_code_of_an_ended_job() -> None:
     assert (jobs["rec-ok"].exit_code, jobs["rec-ok"].signal) == (0, 0)
     arrays = {j.job_id: j for j in parse.parse_squeue(fixture("squeue_array_done_sandbox.txt"))}
     assert (arrays["516_3"].exit_code, arrays["516_0"].exit_code) == (7, 0)
+
+
+@pytest.mark.parametrize(
+    ("counts", "spelled"),
+    [
+        ({"a100": 2}, "gres/gpu:a100=2,gres/gpu=2"),
+        ({None: 3}, "gres/gpu=3"),
+        ({"a100": 1, "v100": 2}, "gres/gpu:a100=1,gres/gpu:v100=2,gres/gpu=3"),
+        ({}, None),
+    ],
+)
+def test_gpu_counts_spelled_as_alloc_tres(counts: dict, spelled: str | None) -> None:
+    assert parse.alloc_tres_spelling(counts) == spelled
+    if spelled:  # read back as the same counts
+        assert parse.tres_gpu_counts(spelled) == counts

@@ -700,10 +700,27 @@ def _ours(row: _Row | None, record: JobRecord) -> _Row | None:
 
 def _gpus_of(row: parse.QueuedJob | parse.AccountedJob) -> str | None:
     """The job's GPUs as Slurm reports them: sacct's AllocTRES, squeue's TRES per node (or
-    per job or task, for jobs that asked with --gpus or --gpus-per-task)."""
+    per job or task, for jobs that asked with --gpus or --gpus-per-task). A job squeue shows
+    ended is spelled as sacct will spell it (its whole job's GPUs, as AllocTRES): the record
+    of a final state is not asked about again, so it reads the same whichever saw the end."""
     if isinstance(row, parse.AccountedJob):
         return parse.gpu_tres(row.alloc_tres)
+    if parse.is_final(row.state):
+        ended = parse.alloc_tres_spelling(parse.queued_job_gpu_counts(row, _node_count(row)))
+        if ended:
+            return ended
     return row.gpus_requested
+
+
+def _node_count(row: parse.QueuedJob) -> int:
+    if not row.nodes:
+        return 1
+    import hostlist  # only for a job squeue shows ended
+
+    try:
+        return len(hostlist.expand_hostlist(row.nodes))
+    except hostlist.BadHostlist:
+        return 1
 
 
 def _exit_code(row: parse.QueuedJob | parse.AccountedJob) -> int | None:

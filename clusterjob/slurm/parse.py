@@ -821,6 +821,24 @@ def job_gpu_counts(record: Mapping[str, str]) -> dict[str | None, int]:
     return {}
 
 
+def queued_job_gpu_counts(job: QueuedJob, nodes: int) -> dict[str | None, int]:
+    """GPU type -> GPUs of a whole job from squeue's columns: what it asked for per job
+    (``--gpus``), else per node times ``nodes``; empty when only a per-task request is known
+    (squeue's columns have no task count)."""
+    per_job = tres_gpu_counts(job.tres_per_job)
+    if per_job:
+        return per_job
+    return {t: c * nodes for t, c in tres_gpu_counts(job.tres_per_node).items()}
+
+
+def alloc_tres_spelling(counts: Mapping[str | None, int]) -> str | None:
+    """GPU counts spelled as sacct's AllocTRES lists them: each type, then the total
+    (``gres/gpu:a100=2,gres/gpu=2``); ``gres/gpu=N`` alone when untyped; None for none."""
+    typed = [f"gres/gpu:{t}={c}" for t, c in counts.items() if t is not None]
+    total = sum(counts.values())
+    return ",".join([*typed, f"gres/gpu={total}"]) if total else None
+
+
 @dataclass(frozen=True)
 class PartitionRecord:
     """``scontrol show partition -o``: a partition's name, node hostlist and state."""
