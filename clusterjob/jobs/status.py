@@ -706,7 +706,9 @@ def _gpus_of(row: parse.QueuedJob | parse.AccountedJob) -> str | None:
     if isinstance(row, parse.AccountedJob):
         return parse.gpu_tres(row.alloc_tres)
     if parse.is_final(row.state):
-        ended = parse.alloc_tres_spelling(parse.queued_job_gpu_counts(row, _node_count(row)))
+        # per job, else per node times its nodes (squeue's columns have no task count)
+        asked = parse.requested_gpu_counts(row.tres_per_job, (row.tres_per_node, _node_count(row)))
+        ended = parse.alloc_tres_spelling(asked)
         if ended:
             return ended
     return row.gpus_requested

@@ -810,25 +810,26 @@ def job_gpu_counts(record: Mapping[str, str]) -> dict[str | None, int]:
         counts = tres_gpu_counts(record.get(key))
         if counts:
             return counts
-    per_job = tres_gpu_counts(record.get("TresPerJob"))
-    if per_job:
-        return per_job
-    for key, times in (("TresPerNode", "NumNodes"), ("TresPerTask", "NumTasks")):
-        counts = tres_gpu_counts(record.get(key))
+    return requested_gpu_counts(
+        record.get("TresPerJob"),
+        (record.get("TresPerNode"), _first_int(record.get("NumNodes"))),
+        (record.get("TresPerTask"), _first_int(record.get("NumTasks"))),
+    )
+
+
+def requested_gpu_counts(
+    per_job: str | None, *per_unit: tuple[str | None, int]
+) -> dict[str | None, int]:
+    """GPU type -> GPUs a whole job asked for: its per-job TRES (``--gpus``), else the first
+    per-unit TRES that names GPUs (per node, per task) times how many units it has."""
+    counts = tres_gpu_counts(per_job)
+    if counts:
+        return counts
+    for text, units in per_unit:
+        counts = tres_gpu_counts(text)
         if counts:
-            n = _first_int(record.get(times))
-            return {t: c * n for t, c in counts.items()}
+            return {t: c * units for t, c in counts.items()}
     return {}
-
-
-def queued_job_gpu_counts(job: QueuedJob, nodes: int) -> dict[str | None, int]:
-    """GPU type -> GPUs of a whole job from squeue's columns: what it asked for per job
-    (``--gpus``), else per node times ``nodes``; empty when only a per-task request is known
-    (squeue's columns have no task count)."""
-    per_job = tres_gpu_counts(job.tres_per_job)
-    if per_job:
-        return per_job
-    return {t: c * nodes for t, c in tres_gpu_counts(job.tres_per_node).items()}
 
 
 def alloc_tres_spelling(counts: Mapping[str | None, int]) -> str | None:
