@@ -48,6 +48,76 @@ def test_other_transient_messages(stderr: str) -> None:
     assert is_transient(stderr)
 
 
+# How each client prints a failed request: its own prefix, then Slurm's error text.
+CLIENT_SHAPES = (
+    "sbatch: error: Batch job submission failed: {}",
+    "squeue: error: {}",
+    "slurm_load_jobs error: {}",
+    "scontrol: error: {}",
+    "sacct: error: Problem talking to the database: {}",
+    "scancel: error: Kill job error on job id 12: {}",
+)
+# What a controller stopped or restarted mid-request makes the clients print (slurm_errno.c,
+# the same words in 22.05, 24.11 and 26.05, and strerror(3) for socket errnos): each one, in
+# each client's shape, is transient. "Connection reset by peer" is the one 26.05's sbatch
+# printed during a controller restart that used to end a sweep's submission.
+CONTROLLER_GONE = (
+    "Unable to contact slurm controller (connect failure)",
+    "Unable to contact slurm controller (send failure)",
+    "Unable to contact slurm controller (receive failure)",
+    "Unable to contact slurm controller (shutdown failure)",
+    "Socket timed out on send/recv operation",
+    "Zero Bytes were transmitted or received",
+    "Header lengths are longer than data received",
+    "Communication connection failure",
+    "Message send failure",
+    "Message receive failure",
+    "Communication shutdown failure",
+    "Connection timed out establishing",
+    "Connection timed out reading",
+    "Process is shutting down and closing all communications",
+    "Rate limit exceeded, please retry momentarily",
+    "Rate limit exceeded, please retry later",
+    "Controller is in standby mode, try a different controller",
+    "Unable to connect to database",
+    "Connection reset by peer",
+    "Connection refused",
+    "Broken pipe",
+    "Connection timed out",
+    "Transport endpoint is not connected",
+    "Software caused connection abort",
+)
+
+
+@pytest.mark.parametrize("shape", CLIENT_SHAPES)
+@pytest.mark.parametrize("text", CONTROLLER_GONE)
+def test_every_controller_gone_message_is_transient(shape: str, text: str) -> None:
+    assert is_transient(shape.format(text))
+
+
+# The request itself is wrong: retrying cannot help, so none of these is transient.
+REQUEST_WRONG = (
+    "Invalid partition name specified",
+    "Invalid generic resource (gres) specification",
+    "Requested node configuration is not available",
+    "Invalid account or account/partition combination specified",
+    "Invalid qos specification",
+    "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)",
+    "Requested time limit is invalid (missing or exceeds some limit)",
+    "Invalid job id specified",
+    "Job dependency problem",
+    "Protocol authentication error",
+    "Invalid authentication credential",
+    "Access/permission denied",
+)
+
+
+@pytest.mark.parametrize("shape", CLIENT_SHAPES)
+@pytest.mark.parametrize("text", REQUEST_WRONG)
+def test_a_wrong_request_is_not_transient(shape: str, text: str) -> None:
+    assert not is_transient(shape.format(text))
+
+
 class Scripted:
     """exec that plays a list of outcomes: a SlurmResult-ish tuple, or an exception."""
 

@@ -33,16 +33,50 @@ from clusterjob import envvars
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
 from clusterjob.slurm.ssh import SSH_LOST, SshTarget, ssh_argv, ssh_failure
 
-# stderr fragments (as printed by Slurm 22.05 clients) that mean "the controller did not
-# answer this time", not "your request is wrong". See tests/fixtures/slurm/*_err_*.
-TRANSIENT_MARKERS = (
+# stderr fragments that mean "the controller did not answer this time", not "your request is
+# wrong": a failed command that printed one is retried (a submission only after its token was
+# looked up, see SlurmClient.sbatch). Slurm's clients print either their own error text
+# (src/common/slurm_errno.c, the same words in 22.05, 24.11 and 26.05) or, for a socket
+# error, the C library's strerror text; a controller stopped or restarted mid-request gives
+# any of them, depending on where the request was (connect, send, reply). See
+# tests/fixtures/slurm/*_err_* and tests/test_slurm_runner.py.
+SLURM_COMMUNICATION_ERRORS = (
+    "Unable to contact slurm controller",  # (connect|send|receive|shutdown failure)
     "Socket timed out on send/recv operation",
-    "Unable to contact slurm controller",
-    "Unexpected message received",
-    "Resource temporarily unavailable",
     "Zero Bytes were transmitted or received",
-    "Slurm backup controller in standby mode",
+    "Header lengths are longer than data received",
+    "Unexpected message received",
     "Communication connection failure",
+    "Message send failure",
+    "Message receive failure",
+    "Communication shutdown failure",
+    "Unexpected missing socket error",
+    "Connection forced closed by quiesce timeout",
+    "Connection timed out establishing",
+    "Connection timed out writing",
+    "Connection timed out reading",
+    "Kernel reported delayed socket error",
+    "Process is shutting down and closing all communications",
+    "Rate limit exceeded, please retry",  # momentarily | later (rl_enable)
+    "Slurm backup controller in standby mode",
+    "Controller is in standby mode, try a different controller",
+    "Unable to connect to database",  # slurmdbd restarting (sacct)
+)
+SOCKET_ERRORS = (  # strerror(3) of the socket errnos a dropped connection gives
+    "Connection reset by peer",
+    "Connection refused",
+    "Broken pipe",
+    "Connection timed out",
+    "Software caused connection abort",
+    "Transport endpoint is not connected",
+    "Network is unreachable",
+    "No route to host",
+    "Resource temporarily unavailable",
+    "Interrupted system call",
+)
+TRANSIENT_MARKERS = (
+    *SLURM_COMMUNICATION_ERRORS,
+    *SOCKET_ERRORS,
     SSH_LOST,  # the ssh connection to a remote login node could not be made or was lost
 )
 
