@@ -1,19 +1,78 @@
 """Real unprivileged Unix users for the tests that play a second user (created, then removed).
 
 Needs root and ``useradd``; tests that use it are skipped otherwise.
+
+A user runs clusterjob as the tests run it (``sys.executable``, ``PYTHONPATH`` naming the
+checkout) when every user can reach this interpreter and checkout. Root's clone lands in root's
+home (0700) by default, where no other user can: then ``sys.executable`` in a user's command
+line is an interpreter every user can run, and the checkout's paths in its ``PYTHONPATH`` are a
+copy of clusterjob, its dependencies and tests/ (``clusterjob.sandbox.runtime``) that every
+user can read, made once per test run.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import pwd
 import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
+from clusterjob.sandbox import runtime
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class UserRuntime:
+    """The interpreter a second user runs, and what stands for the checkout's paths."""
+
+    python: str
+    paths: dict[str, str]  # a path in the checkout -> where the user finds it
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        first, *rest = argv
+        return [self.python if first == sys.executable else first, *rest]
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        if "PYTHONPATH" not in env:
+            return env
+        entries = [self.paths.get(e, e) for e in env["PYTHONPATH"].split(os.pathsep)]
+        if self.python != sys.executable:  # the copied dependencies after the given paths
+            entries.append(self.paths["site-packages"])
+        return {**env, "PYTHONPATH": os.pathsep.join(entries)}
+
+
+@functools.cache
+def user_runtime() -> UserRuntime:
+    if runtime.reachable_here() and runtime.reachable_by_all(REPO / "tests"):
+        return UserRuntime(sys.executable, {})
+    python = runtime.world_python()
+    if python is None:
+        pytest.skip("no Python of this version every user can run (and the checkout is not)")
+    top = Path(tempfile.mkdtemp(prefix="clusterjob-test-runtime-", dir="/var/tmp"))
+    atexit.register(shutil.rmtree, top, ignore_errors=True)
+    top.chmod(0o755)
+    copied = runtime.copy_runtime(top / "runtime", extra=("pytest", "hypothesis"))
+    tests = top / "tests"
+    shutil.copytree(REPO / "tests", tests, ignore=shutil.ignore_patterns("__pycache__"))
+    for d in (tests, *(p for p in tests.rglob("*") if p.is_dir())):
+        d.chmod(0o755)
+    paths = {
+        str(REPO): str(copied.src),
+        str(REPO / "tests"): str(tests),
+        "site-packages": str(copied.site_packages),
+    }
+    return UserRuntime(str(python), paths)
 
 
 @dataclass(frozen=True)
@@ -22,6 +81,15 @@ class UnixUser:
     uid: int
     gid: int
     home: str
+
+    def _as_user(
+        self, argv: Sequence[str], env: dict[str, str] | None
+    ) -> tuple[list[str], dict[str, str]]:
+        """``argv`` under setpriv with this user's ids, and its environment."""
+        base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.home, "USER": self.name}
+        reach = user_runtime()
+        ids = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
+        return [*ids, *reach.argv(argv)], reach.env({**base, **(env or {})})
 
     def run(
         self,
@@ -33,10 +101,10 @@ class UnixUser:
         check: bool = False,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` as this user (real and effective ids, no supplementary groups)."""
-        base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.home, "USER": self.name}
+        command, environment = self._as_user(argv, env)
         return subprocess.run(
-            ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", *argv],
-            env={**base, **(env or {})},
+            command,
+            env=environment,
             cwd=cwd or "/",
             capture_output=True,
             text=True,
@@ -47,10 +115,10 @@ class UnixUser:
     def popen(
         self, argv: Sequence[str], *, env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
-        base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.home, "USER": self.name}
+        command, environment = self._as_user(argv, env)
         return subprocess.Popen(
-            ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", *argv],
-            env={**base, **(env or {})},
+            command,
+            env=environment,
             cwd="/",
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

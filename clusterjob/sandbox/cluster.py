@@ -24,7 +24,7 @@ from pathlib import Path
 
 from clusterjob.errors import ClusterjobError, UsageError
 from clusterjob.node.wrappers import install_wrappers
-from clusterjob.sandbox import config, host
+from clusterjob.sandbox import config, host, runtime
 from clusterjob.sandbox.config import SANDBOX_NODES, Layout, Ports
 
 # Ports come from config.port_range(release): below Linux's ephemeral range (32768-60999),
@@ -157,6 +157,7 @@ def up(state_dir: Path, *, hooks: bool = True, timeout: float = 120, say: Say = 
     if layout.pid_dir.is_dir():
         current = status(state_dir)
         if current.up:
+            _make_hook_python(layout)  # a copied clusterjob follows the one running here
             return UpResult(state_dir, True, time.monotonic() - started, current)
 
     installed = host.missing_packages()
@@ -312,15 +313,15 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool, release: str | No
 
 
 def _make_hook_python(layout: Layout) -> None:
-    """When this Python is not one every user can run (a venv over a Python in root's home),
-    a small venv of the system's Python of the same version that sees this environment's
-    packages and this clusterjob: the TaskProlog and node_command run as the job's user, and
-    with root's interpreter every other user's job failed with 126."""
-    if config.reachable_by_all(Path(sys.executable)):
+    """When other users cannot run this clusterjob where it is (this Python, the checkout or
+    its venv in root's home), a small venv of the system's Python of the same version for the
+    TaskProlog and node_command, which run as the job's user: with root's interpreter every
+    other user's job failed with 126, with root's checkout at its first import. It sees this
+    environment's packages where every user can reach them, else a copy of clusterjob and of
+    what it imports (``runtime.copy_runtime``, made again when they change)."""
+    if runtime.reachable_here():
         return
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    bases = [Path(d) / version for d in ("/usr/bin", "/usr/local/bin")]
-    base = next((b for b in bases if config.reachable_by_all(b)), None)
+    base = runtime.world_python()
     if base is None:  # root's jobs still run; other users' cannot (said in `sandbox up`)
         return
     venv = layout.hook_python_dir
@@ -341,9 +342,13 @@ def _make_hook_python(layout: Layout) -> None:
         text=True,
         timeout=60,
     ).stdout.strip()
-    here = sysconfig.get_paths()
-    paths = dict.fromkeys([str(_PACKAGE_ROOT), here["purelib"], here["platlib"]])
-    _write(Path(site) / "clusterjob-sandbox.pth", "\n".join(paths) + "\n", 0o644)
+    if all(runtime.reachable_by_all(p) for p in runtime.imported_roots()):
+        here = sysconfig.get_paths()
+        paths = [str(_PACKAGE_ROOT), here["purelib"], here["platlib"]]
+    else:
+        copied = runtime.copy_runtime(layout.runtime_dir)
+        paths = [str(p) for p in copied.pythonpath()]
+    _write(Path(site) / "clusterjob-sandbox.pth", "\n".join(dict.fromkeys(paths)) + "\n", 0o644)
 
 
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent

@@ -9,7 +9,6 @@ puts A100s there. Pure functions only: nothing here touches the machine.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import sys
@@ -18,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clusterjob.node.wrappers import HookWrappers
+from clusterjob.sandbox import runtime
 from clusterjob.site import admin
 from clusterjob.site.model import NodeMap, Site
 
@@ -234,6 +234,10 @@ class Layout:
     @property
     def hook_python_dir(self) -> Path:  # an interpreter every user can run, when needed
         return self.state_dir / "python"
+
+    @property
+    def runtime_dir(self) -> Path:  # what that interpreter imports, when it cannot be reached
+        return self.state_dir / "runtime"
 
     @property
     def cache_dir(self) -> Path:  # the Prolog's parsed-site cache
@@ -471,22 +475,22 @@ def standin_env(layout: Layout) -> tuple[tuple[str, str], ...]:
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def reachable_by_all(path: Path) -> bool:
-    """Whether every user can run ``path``: it and each directory above it are world-x."""
-    try:
-        real = path.resolve(strict=True)
-        return all(os.stat(p).st_mode & 0o001 for p in (real, *real.parents))
-    except OSError:
-        return False
-
-
 def hook_python(layout: Layout) -> Path:
     """The interpreter of the hooks and the node_command, which run as the job's user too:
-    this one when every user can run it, else the sandbox's own (``make_hook_python``), as
-    when this Python lives in root's home and other users' jobs would fail with 126."""
+    this one when every user can run it and reach the clusterjob it imports, else the
+    sandbox's own (``make_hook_python``), as when this Python, or the checkout, lives in
+    root's home and other users' jobs would fail."""
     here = Path(sys.executable)
     own = layout.hook_python_dir / "bin" / "python"
-    return here if reachable_by_all(here) or not own.exists() else own
+    return here if runtime.reachable_here() or not own.exists() else own
+
+
+def package_root(layout: Layout) -> Path:
+    """The tree the node_command puts first on ``sys.path``: this clusterjob's, or the copy
+    the sandbox's own interpreter imports when other users cannot reach this one."""
+    if runtime.reachable_here():
+        return _PACKAGE_ROOT
+    return runtime.CopiedRuntime(layout.runtime_dir).src
 
 
 def hook_wrappers(layout: Layout, *, installed: bool = True) -> HookWrappers:
@@ -530,7 +534,7 @@ def node_command_script(layout: Layout) -> str:
             "# Written by `clusterjob sandbox up`: the node_command of sandbox job scripts.",
             *(f'export {name}="{value}"' for name, value in standin_env(layout)),
             f"exec {shlex.quote(str(hook_python(layout)))} -I -c {shlex.quote(boot)} "
-            f'{shlex.quote(str(_PACKAGE_ROOT))} "$@"',
+            f'{shlex.quote(str(package_root(layout)))} "$@"',
             "",
         ]
     )

@@ -251,6 +251,7 @@ def build_standin_library(dest_dir: Path) -> Path:
         digest.update(hashlib.sha256(part).digest())
     key = digest.hexdigest()
     if lib.is_file() and stamp.is_file() and stamp.read_text().strip() == key:
+        lib.chmod(0o755)  # an older build was left 0711: other users' jobs could not load it
         return lib
 
     cc = shutil.which(os.environ.get("CC", "gcc"))
@@ -268,6 +269,8 @@ def build_standin_library(dest_dir: Path) -> Path:
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["no error output"])[0]
             raise ClusterjobError(f"building the stand-in NVML library failed: {first}")
+        # mkstemp's 0600 leaves the linker's output 0711: every user's job loads it
+        os.chmod(tmp, 0o755)
         os.replace(tmp, lib)
     finally:
         if os.path.exists(tmp):
