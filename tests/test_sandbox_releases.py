@@ -136,34 +136,81 @@ def test_an_unknown_release_on_the_command_line_is_a_one_line_error() -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_exec_on_the_hosts_sandbox_sets_its_client_environment_and_passes_the_status(
-    tmp_path: Path,
-) -> None:
-    state = tmp_path / "state"
+def _host_sandbox_up() -> Path:
+    state = cluster.resolve_state_dir()
+    if not cluster.controller_running(state):
+        pytest.skip("needs the host's sandbox up (`clusterjob sandbox up`)")
+    return state
+
+
+@pytest.mark.slurm
+def test_exec_on_the_hosts_sandbox_sets_its_client_environment_and_passes_the_status() -> None:
+    state = _host_sandbox_up()
     proc = _cli("exec", "--state-dir", str(state), "--", "sh", "-c",
                 'echo "$SLURM_CONF $CLUSTERJOB_SITE"; exit 3')  # fmt: skip
     assert proc.returncode == 3
     assert proc.stdout.split() == [str(state / "slurm.conf"), str(state / "site.yaml")]
 
 
-def test_exec_of_a_missing_command_is_a_one_line_error(tmp_path: Path) -> None:
-    proc = _cli("exec", "--state-dir", str(tmp_path), "--", "no-such-command-here")
+@pytest.mark.slurm
+def test_exec_of_a_missing_command_is_a_one_line_error() -> None:
+    proc = _cli("exec", "--state-dir", str(_host_sandbox_up()), "--", "no-such-command-here")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "clusterjob: error: sandbox exec: no-such-command-here: command not found"
     ]
 
 
+@pytest.mark.parametrize("named_by", ["--state-dir", "CLUSTERJOB_SANDBOX_DIR"])
+def test_exec_runs_nothing_when_the_sandbox_it_names_is_not_up(
+    tmp_path: Path, named_by: str
+) -> None:
+    """It used to run the command on the host, against whatever cluster the host has."""
+    marker, state = tmp_path / "ran", tmp_path / "state"
+    named = ["--state-dir", str(state)] if named_by == "--state-dir" else []
+    env = {**os.environ, "CLUSTERJOB_SANDBOX_DIR": str(state)} if not named else None
+    proc = _cli("exec", *named, "--", "touch", str(marker), env=env)
+    assert proc.returncode == 2 and not marker.exists()
+    assert proc.stderr.strip().splitlines() == [
+        f"clusterjob: error: sandbox: the host's Slurm, state in {state} ({named_by}) is not "
+        f"up: start it with `clusterjob sandbox up --state-dir {state}`"
+    ]
+
+
 def test_exec_into_a_release_that_is_not_up_says_how_to_start_it(tmp_path: Path) -> None:
     other = next(r for r in RELEASES if r != cluster.slurm_release())  # not the host's own
     env = dict(os.environ, CLUSTERJOB_SANDBOX_ROOTS=str(tmp_path))
-    proc = _cli("exec", "--slurm", other, "--state-dir", str(tmp_path / "s"), "--", "true",
+    state = tmp_path / "s"
+    proc = _cli("exec", "--slurm", other, "--state-dir", str(state), "--", "true",
                 env=env)  # fmt: skip
     assert proc.returncode == 2
+    suite = config.RELEASE_SUITES[other]
     assert proc.stderr.strip().splitlines() == [
-        f"clusterjob: error: the Slurm {other} sandbox is not up: "
-        f"clusterjob sandbox up --slurm {other}"
+        f"clusterjob: error: sandbox: Slurm {other} in the {suite} root, state in {state} "
+        f"(--slurm {other}, state dir: --state-dir) is not up: start it with "
+        f"`clusterjob sandbox up --slurm {other} --state-dir {state}`"
     ]
+
+
+@pytest.mark.parametrize("command", [["env"], ["env", "--site-path"], ["status"]])
+def test_the_state_dir_variable_means_the_same_for_every_release_and_command(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """`up --slurm R` used to ignore CLUSTERJOB_SANDBOX_DIR while `exec` honoured it."""
+    other = next(r for r in RELEASES if r != cluster.slurm_release())
+    state = tmp_path / "mine"
+    env = dict(
+        os.environ, CLUSTERJOB_SANDBOX_DIR=str(state), CLUSTERJOB_SANDBOX_ROOTS=str(tmp_path)
+    )
+    proc = _cli(*command, "--slurm", other, env=env)
+    assert str(state) in proc.stdout, proc.stdout + proc.stderr
+    assert f"clusterjob-sandbox-{other}" not in proc.stdout
+    if command == ["status"]:  # the rule, said first
+        assert proc.stdout.splitlines()[0] == (
+            f"sandbox: Slurm {other} in the {config.RELEASE_SUITES[other]} root, state in "
+            f"{state} (--slurm {other}, state dir: CLUSTERJOB_SANDBOX_DIR)"
+        )
+        assert proc.returncode == 1
 
 
 def test_how_the_host_reaches_the_registries_is_passed_on_where_it_exists_inside(

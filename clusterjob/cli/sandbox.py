@@ -11,9 +11,11 @@ import typer
 
 from clusterjob import envvars
 from clusterjob.cli import sandbox_app
+from clusterjob.errors import printable
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the sandbox
-    from clusterjob.sandbox import cluster, releases
+    from clusterjob.sandbox import cluster
+    from clusterjob.sandbox.which import SandboxChoice
 
 StateDir = Annotated[
     Optional[Path],  # noqa: UP045 (typer on Python 3.10 needs Optional here)
@@ -38,14 +40,11 @@ Slurm = Annotated[
 ]
 
 
-def _in_root(slurm: str | None, state_dir: Path | None) -> releases.Release | None:
-    """The release's root sandbox when ``--slurm`` names one the host does not ship."""
-    from clusterjob.sandbox import releases
+def _choose(slurm: str | None, state_dir: Path | None, *, any_up: bool = False) -> SandboxChoice:
+    """The sandbox the options (or their variables) name: one rule for every command."""
+    from clusterjob.sandbox import which
 
-    if slurm is None:
-        return None
-    rel = releases.release(slurm, state_dir)  # an unknown release is refused here
-    return rel if releases.needs_root(slurm) else None
+    return which.choose(slurm, state_dir, any_up=any_up)
 
 
 def _progress(message: str) -> None:
@@ -59,7 +58,7 @@ def _print_status(st: cluster.SandboxStatus) -> None:
     if st.controller:
         print(st.controller)
     for node, state, reason in st.nodes:
-        print(f"node {node:<6} {state}" + (f"  reason: {reason}" if reason else ""))
+        print(f"node {node:<6} {state}" + (f"  reason: {printable(reason)}" if reason else ""))
 
 
 def _print_exports(state_dir: Path) -> None:
@@ -81,12 +80,13 @@ def up(
     """Start the local Slurm cluster with stand-in GPUs (as root); a no-op when it runs."""
     from clusterjob.sandbox import cluster, releases
 
-    rel = _in_root(slurm, state_dir)
+    choice = _choose(slurm, state_dir)
+    rel = choice.release
     if rel is not None:
         print(releases.up(rel, hooks=hooks, timeout=timeout, say=_progress), end="")
         print(f"# or from the host: clusterjob sandbox exec --slurm {rel.version} -- COMMAND")
         return
-    path = cluster.resolve_state_dir(state_dir)
+    path = choice.state_dir
     result = cluster.up(path, hooks=hooks, timeout=timeout, say=_progress)
     if result.already_up:
         _progress(f"already up in {path}")
@@ -107,13 +107,13 @@ def down(
     release, also end what runs in its root and unmount it."""
     from clusterjob.sandbox import cluster, releases
 
-    rel = _in_root(slurm, state_dir)
+    choice = _choose(slurm, state_dir)
+    rel = choice.release
     if rel is not None:
         stopped = releases.down(rel, purge=purge, say=_progress)
         _progress(f"stopped {len(stopped)} daemon(s); nothing mounted in {rel.root}")
         return
-    path = cluster.resolve_state_dir(state_dir)
-    stopped = cluster.down(path, purge=purge, say=_progress)
+    stopped = cluster.down(choice.state_dir, purge=purge, say=_progress)
     _progress(f"stopped {len(stopped)} daemon(s)" if stopped else "nothing was running")
 
 
@@ -122,14 +122,16 @@ def status(state_dir: StateDir = None, slurm: Slurm = None) -> None:
     """Which daemons run and what slurmctld says about the nodes; exit 1 unless all is up."""
     from clusterjob.sandbox import cluster, releases
 
-    rel = _in_root(slurm, state_dir)
+    choice = _choose(slurm, state_dir)
+    print(choice.describe())
+    rel = choice.release
     if rel is not None:
         ok, text = releases.status_text(rel)
         print(text, end="" if text.endswith("\n") else "\n")
         if not ok:
             raise typer.Exit(1)
         return
-    path = cluster.resolve_state_dir(state_dir)
+    path = choice.state_dir
     st = cluster.status(path)
     _print_status(st)
     if st.up:
@@ -149,11 +151,9 @@ def env(
 ) -> None:
     """Print the shell exports that point clients at the sandbox (eval "$(... sandbox env)");
     another release's are for clients inside its root (`sandbox exec` sets them itself)."""
-    from clusterjob.sandbox import cluster
     from clusterjob.sandbox.config import Layout
 
-    rel = _in_root(slurm, state_dir)
-    path = rel.state_dir if rel is not None else cluster.resolve_state_dir(state_dir)
+    path = _choose(slurm, state_dir).state_dir
     if site_path:
         print(Layout(path).site_yaml)
         return
@@ -175,22 +175,16 @@ def exec_(
     import subprocess
 
     from clusterjob.errors import UsageError
-    from clusterjob.sandbox import cluster, releases
+    from clusterjob.sandbox import cluster, releases, which
 
     argv = list(ctx.args)
     if not argv:
         raise UsageError("sandbox exec: name a command, e.g. sandbox exec -- sinfo -V")
-    if slurm is None and state_dir is None and not os.environ.get(envvars.SANDBOX_DIR):
-        # the one other release that is up, if any; else the host's sandbox
-        mounted = releases.mounted_releases()
-        if len(mounted) > 1:
-            names = ", ".join(r.version for r in mounted)
-            raise UsageError(f"sandbox exec: several sandboxes are up ({names}); pick with --slurm")
-        slurm = mounted[0].version if mounted else None
-    rel = _in_root(slurm, state_dir)
-    if rel is not None:
-        raise typer.Exit(releases.exec_inside(rel, argv, Path.cwd()))
-    env = dict(os.environ, **cluster.client_env(cluster.resolve_state_dir(state_dir)))
+    choice = _choose(slurm, state_dir, any_up=True)
+    which.require_up(choice)
+    if choice.release is not None:
+        raise typer.Exit(releases.exec_inside(choice.release, argv, Path.cwd()))
+    env = dict(os.environ, **cluster.client_env(choice.state_dir))
     try:
         raise typer.Exit(subprocess.run(argv, env=env).returncode)
     except FileNotFoundError:

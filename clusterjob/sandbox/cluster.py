@@ -41,11 +41,16 @@ def _quiet(_: str) -> None:
 
 
 def resolve_state_dir(option: Path | None = None) -> Path:
-    """--state-dir, else $CLUSTERJOB_SANDBOX_DIR, else the default."""
-    if option is not None:
-        return option.absolute()
-    env = os.environ.get("CLUSTERJOB_SANDBOX_DIR")
-    return Path(env).absolute() if env else config.DEFAULT_STATE_DIR
+    """The host sandbox's state dir: --state-dir, else $CLUSTERJOB_SANDBOX_DIR, else the
+    default (``clusterjob.sandbox.which`` says which sandbox a command means)."""
+    return config.named_state_dir(option)[0] or config.DEFAULT_STATE_DIR
+
+
+def controller_running(state_dir: Path) -> bool:
+    """Whether the sandbox in ``state_dir`` has its slurmctld running (started by us)."""
+    layout = Layout(state_dir)
+    rec = host.read_pid(layout.pid_dir, "slurmctld")
+    return layout.slurm_conf.exists() and rec is not None and rec.alive()
 
 
 def daemon_names() -> list[str]:

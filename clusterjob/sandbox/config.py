@@ -9,6 +9,7 @@ puts A100s there. Pure functions only: nothing here touches the machine.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from clusterjob import envvars
 from clusterjob.node.wrappers import HookWrappers
 from clusterjob.sandbox import runtime
 from clusterjob.site import admin
@@ -33,6 +35,17 @@ RELEASE_SUITES: dict[str, str] = {"22.05": "bookworm", "24.11": "trixie", "26.05
 PORT_BASE = 26800
 PORT_BLOCK = 20
 PORTS_PER_RELEASE = 100
+
+
+def named_state_dir(option: Path | None) -> tuple[Path | None, str]:
+    """The state directory a command names, and how: ``--state-dir``, else
+    ``CLUSTERJOB_SANDBOX_DIR``; (None, "the default") when neither does."""
+    if option is not None:
+        return option.absolute(), "--state-dir"
+    env = os.environ.get(envvars.SANDBOX_DIR)
+    if env:
+        return Path(env).absolute(), envvars.SANDBOX_DIR
+    return None, "the default"
 
 
 def release_of(version_text: str) -> str | None:

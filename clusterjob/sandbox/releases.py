@@ -440,6 +440,11 @@ def status_text(rel: Release) -> tuple[bool, str]:
     return proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def holds_state_dir(rel: Release, state_dir: Path) -> bool:
+    """Whether ``rel``'s root has ``state_dir`` bound into it (its sandbox keeps state there)."""
+    return rel.inside(state_dir.absolute()) in _mount_points()
+
+
 def mounted_releases() -> list[Release]:
     """The releases whose root is mounted now (a sandbox up, or a `down` that failed)."""
     return [r for r in map(release, config.RELEASE_SUITES) if is_mounted(r)]
