@@ -255,21 +255,53 @@ def slurm_release() -> str | None:
     return config.release_of(host.run([slurmd, "-V"], timeout=30, check=False).stdout)
 
 
+# Every sandbox on this machine claims its block of ports here, under one lock, before any
+# daemon binds them: two `up`s at the same moment used to find the same block free and the
+# second failed in MariaDB ("Address already in use"). Root-owned, on /run (gone at reboot,
+# as the daemons are).
+PORT_CLAIMS = Path("/run/clusterjob-sandbox-ports")
+
+
 def _choose_ports(layout: Layout, port_range: range) -> Ports:
-    """Keep the block this sandbox used before if it is still free, else the first free one."""
+    """Keep the block this sandbox used before if it is still ours, else the first block no
+    other sandbox claims and nothing listens on; claimed for this state dir under the lock."""
     saved = layout.state_dir / "ports"
     candidates = list(port_range)
     if saved.exists() and int(saved.read_text().strip()) in port_range:
         candidates.insert(0, int(saved.read_text().strip()))
     ours_running = any(r.alive() for r in host.list_pids(layout.pid_dir))
-    for base in candidates:
-        ports = Ports.from_base(base)
-        if (ours_running and base == candidates[0] and saved.exists()) or all(
-            host.port_free(p) for p in ports.all()
-        ):
-            saved.write_text(f"{base}\n")
-            return ports
+    with host.exclusive_lock(PORT_CLAIMS / ".lock"):
+        taken = _port_claims_of_others(layout.state_dir)
+        for base in candidates:
+            ports = Ports.from_base(base)
+            if base in taken:
+                continue
+            if (ours_running and base == candidates[0] and saved.exists()) or all(
+                host.port_free(p) for p in ports.all()
+            ):
+                saved.write_text(f"{base}\n")
+                _write(PORT_CLAIMS / str(base), f"{layout.state_dir}\n", 0o644)
+                return ports
     raise ClusterjobError(f"no free block of ports in {port_range.start}-{port_range.stop - 1}")
+
+
+def _port_claims_of_others(state_dir: Path) -> set[int]:
+    """The blocks other sandboxes hold: claimed, and still named by their state dir's
+    ``ports`` (a purged sandbox's claim lapses)."""
+    taken = set()
+    for claim in PORT_CLAIMS.glob("[0-9]*"):
+        other = Path(claim.read_text().strip())
+        if other == state_dir:
+            continue
+        try:
+            still = (other / "ports").read_text().strip() == claim.name
+        except OSError:
+            still = False
+        if still:
+            taken.add(int(claim.name))
+        else:
+            claim.unlink(missing_ok=True)
+    return taken
 
 
 def _write(path: Path, text: str, mode: int) -> None:

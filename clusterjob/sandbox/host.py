@@ -7,12 +7,15 @@ separate from ``clusterjob.slurm``, which is how the product talks to a site's S
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +173,18 @@ def last_error_line(log: Path) -> str:
         if "fatal" in low or "error" in low:
             return ln
     return lines[-1] if lines else "empty log"
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold ``flock(LOCK_EX)`` on ``path`` (made root-only, with its directory) for the block."""
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 # --- ports and /etc/hosts --------------------------------------------------------------------
