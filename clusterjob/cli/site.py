@@ -190,7 +190,8 @@ def install_hooks(
         Path | None,
         typer.Option(
             "--python",
-            help="Interpreter of the nodes' clusterjob (default: the one running this).",
+            help="Interpreter of the nodes' clusterjob, whose whole import path only root may "
+            "write (default: the one running this, if so).",
             show_default=False,
         ),
     ] = None,
@@ -240,7 +241,7 @@ def install_hooks(
         if not result.ok:
             raise typer.Exit(1)
         return
-    paths = install_wrappers(wrappers, dry_run=dry_run)
+    paths = install_wrappers(wrappers, dry_run=dry_run, default_python=python is None)
     if dry_run:
         for path, text in wrappers.files().items():
             print(f"# {path} (root, 0755; dry run: not written)")

@@ -13,6 +13,10 @@ the same way.
 Trusted means: owned by root and not writable by group or others, for the file and for every
 directory up to ``/``. A world-writable sticky directory such as /tmp is refused too, as sshd
 does: anyone may create names there, so a path through it is not root's alone.
+
+The same rule judges what the hooks' interpreter imports (``node.wrappers``): each import
+path entry, existing or not (``check_trusted_path``), and the package, all of it
+(``check_trusted_tree``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ __all__ = [
     "TrustedFile",
     "UntrustedConfig",
     "check_trusted",
+    "check_trusted_path",
+    "check_trusted_tree",
     "open_trusted",
     "open_trusted_append",
     "open_trusted_dir",
@@ -234,3 +240,91 @@ def open_trusted_append(path: Path, mode: int = 0o640) -> int:
 def check_trusted(path: Path) -> None:
     """Refuse ``path`` unless root could have been the only one to write it (see module doc)."""
     os.close(open_trusted(path).fd)
+
+
+def check_trusted_path(path: Path) -> None:
+    """Refuse ``path`` unless only root could have written what is there, file or directory,
+    or, where nothing is, the nearest directory above that is (only who may write there could
+    put something in its place): the entries of an import path, some of which need not exist."""
+    given = Path(path)
+    walked = given
+    while True:
+        try:
+            with _Walk(given) as walk:
+                name = walk.walk(str(walked), last_is_dir=False, create=False)
+                if name:
+                    _check_entry(given, walk.stack[-1], name)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or walked == walked.parent:
+                raise _cannot(given, exc) from None
+            walked = walked.parent  # a missing directory: who could create it?
+
+
+def _check_entry(given: Path, parent: tuple[int, str], name: str) -> None:
+    """``name`` in the checked directory ``parent`` (not a symlink: the walk followed those)."""
+    parent_fd, parent_path = parent
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return  # nothing there, and only root may write the directory it would be in
+    shown = f"{parent_path.rstrip('/')}/{name}"
+    if stat.S_ISDIR(st.st_mode):
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        try:
+            _check(given, shown, os.fstat(fd))
+        finally:
+            os.close(fd)
+    else:
+        _check(given, shown, st)
+
+
+def check_trusted_tree(path: Path) -> None:
+    """Refuse directory ``path`` unless it and everything below it are root's alone (a Python
+    package a root hook imports: a module someone else may rewrite runs as root). Each
+    directory is checked on its descriptor before it is listed; a symlink's target is walked
+    from ``/`` like any path (and, a directory, checked below too)."""
+    given = Path(path)
+    fd, walked = open_trusted_dir(given)
+    try:
+        _check_below(given, fd, walked, set())
+    except OSError as exc:
+        raise _cannot(given, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _check_below(given: Path, dir_fd: int, dir_path: str, seen: set[tuple[int, int]]) -> None:
+    st = os.fstat(dir_fd)
+    if (st.st_dev, st.st_ino) in seen:
+        return  # a symlink loop, or a directory reached twice
+    seen.add((st.st_dev, st.st_ino))
+    with os.scandir(dir_fd) as entries:
+        names = sorted(entry.name for entry in entries)
+    for name in names:
+        shown = f"{dir_path.rstrip('/')}/{name}"
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # gone meanwhile (only root can have removed it)
+        if stat.S_ISLNK(st.st_mode):
+            # Placed by root (the directory is checked); where it points is walked anew.
+            if os.path.isdir(shown):
+                sub_fd, sub_path = open_trusted_dir(Path(shown))
+            else:
+                check_trusted_path(Path(shown))
+                continue
+        elif stat.S_ISDIR(st.st_mode):
+            sub_fd, sub_path = os.open(name, _DIR_FLAGS, dir_fd=dir_fd), shown
+            try:
+                _check(given, shown, os.fstat(sub_fd))
+            except BaseException:
+                os.close(sub_fd)
+                raise
+        else:
+            _check(given, shown, st)
+            continue
+        try:
+            _check_below(given, sub_fd, sub_path, seen)
+        finally:
+            os.close(sub_fd)

@@ -6,6 +6,11 @@ them: a fixed working directory, an absolute interpreter run isolated (``-I``: n
 site file and the Prolog's cache. ``clusterjob site install-hooks`` and the sandbox both
 write them here, so there is one way of writing them; ``check_wrappers`` verifies an
 installation (owners, modes, text, the interpreter, NVML) the way the Prolog would see it.
+
+slurmd runs what the interpreter imports as root, so the interpreter is held to the Prolog's
+trust rule for its own files (``trust_import_path``): the executable (a symlink's directory
+and its target), its venv's ``pyvenv.cfg``, every ``sys.path`` entry, every ``.pth`` file and
+what it adds, and the whole ``clusterjob`` package must be root's alone.
 """
 
 from __future__ import annotations
@@ -17,15 +22,30 @@ import re
 import shlex
 import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from clusterjob import __version__
 from clusterjob.errors import UntrustedConfig, UsageError
 from clusterjob.node.context import DEFAULT_CACHE_DIR
-from clusterjob.node.trust import check_trusted, open_trusted_dir
+from clusterjob.node.trust import (
+    check_trusted,
+    check_trusted_path,
+    check_trusted_tree,
+    open_trusted,
+    open_trusted_dir,
+)
 
-__all__ = ["PROLOG_NAME", "TASK_PROLOG_NAME", "HookWrappers", "check_wrappers", "install_wrappers"]
+__all__ = [
+    "PROLOG_NAME",
+    "TASK_PROLOG_NAME",
+    "HookWrappers",
+    "check_wrappers",
+    "install_wrappers",
+    "trust_import_path",
+]
 
 PROLOG_NAME = "clusterjob-prolog"
 TASK_PROLOG_NAME = "clusterjob-task-prolog"
@@ -189,10 +209,141 @@ def _write_root_file(dir_fd: int, name: str, text: str, mode: int) -> None:
         raise
 
 
-def install_wrappers(wrappers: HookWrappers, *, dry_run: bool = False) -> list[Path]:
+# Asked of the interpreter with -I -S (no site: nothing a .pth names runs): the path site
+# would make, by site's own functions, with a .pth's `import` lines listed instead of run.
+_SITE_PROBE = """\
+import json, os, site, sys
+pth, imports = [], []
+read = site.addpackage
+def addpackage(sitedir, name, known_paths):
+    pth.append(os.path.join(sitedir, name))
+    return read(sitedir, name, known_paths)
+site.addpackage = addpackage
+site.exec = imports.append
+site.addsitepackages(site.venv(site.removeduppaths()))
+print(json.dumps({"path": sys.path, "pth": pth, "imports": imports}))
+"""
+# Then as the hooks run it (-I, site on), the tree first when the wrappers name one: where
+# `import clusterjob` finds the package (found, not imported: none of its code runs).
+_PACKAGE_PROBE = """\
+import importlib.util, json, sys
+if sys.argv[1:]:
+    sys.path.insert(0, sys.argv[1])
+spec = importlib.util.find_spec("clusterjob")
+where = list(spec.submodule_search_locations or []) if spec else []
+print(json.dumps({"path": sys.path, "package": where, "origin": spec and spec.origin}))
+"""
+ROOT_VENV_HINT = (
+    "python3 -m venv /opt/clusterjob && /opt/clusterjob/bin/pip install clusterjob-slurm"
+)
+
+
+def _trusted(role: str, check: Callable[[Path], None], path: str | Path) -> None:
+    try:
+        check(Path(path))
+    except UntrustedConfig as exc:
+        raise UntrustedConfig(f"{role}: {exc}") from None
+
+
+def _venv_homes(python: Path) -> list[Path]:
+    """The pyvenv.cfg files Python reads beside ``python`` (or one directory up), checked, and
+    the ``home`` each names: the interpreter and standard library the venv runs."""
+    homes = []
+    for cfg in (python.parent / "pyvenv.cfg", python.parent.parent / "pyvenv.cfg"):
+        if not os.path.lexists(cfg):
+            continue
+        try:
+            opened = open_trusted(cfg)
+        except UntrustedConfig as exc:
+            raise UntrustedConfig(f"its venv's configuration: {exc}") from None
+        with os.fdopen(opened.fd, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition("=")
+                if sep and key.strip().lower() == "home" and value.strip().startswith("/"):
+                    homes.append(Path(value.strip()))
+    return homes
+
+
+def _ask(
+    wrappers: HookWrappers, python: Path, argv: tuple[str, ...], keys: tuple[str, ...]
+) -> dict[str, Any]:
+    """Run ``python ARGV`` as the wrappers do (cwd /, their exports); its JSON answer, whose
+    ``keys`` are lists of strings."""
+    script = "\n".join(["cd / || exit 1", *wrappers._exports(), 'exec "$@"'])
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", script, "sh", str(python), *argv],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = str(exc)
+    else:
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        with contextlib.suppress(ValueError):
+            answer = json.loads(done.stdout) if done.returncode == 0 else None
+            if isinstance(answer, dict) and all(
+                isinstance(answer.get(key), list)
+                and all(isinstance(item, str) for item in answer[key])
+                for key in keys
+            ):
+                return answer
+        why = why if done.returncode else f"not an answer: {done.stdout[:200]!r}"
+    raise UsageError(f"interpreter {python}: cannot tell its import path: {why}")
+
+
+def trust_import_path(wrappers: HookWrappers) -> None:
+    """Refuse (UntrustedConfig, naming the path at fault) an interpreter whose import path as
+    the hooks run it is not root's alone: the executable, its venv's pyvenv.cfg and home,
+    every sys.path entry and ``.pth`` file, and the whole clusterjob package (with the tree the
+    wrappers put first). Nothing is run before what it runs from is checked: the executable
+    and its venv before it starts, site's directories and ``.pth`` files before site runs."""
+    python = wrappers.python
+    _trusted("the interpreter", check_trusted, python)
+    for home in _venv_homes(python):
+        _trusted("its venv's home", check_trusted_path, home)
+    site = _ask(wrappers, python, ("-I", "-S", "-c", _SITE_PROBE), ("path", "pth", "imports"))
+    for entry in site["path"]:
+        _trusted("a sys.path entry", check_trusted_path, os.path.join("/", entry))
+    for pth in dict.fromkeys(site["pth"]):
+        _trusted("a .pth file", check_trusted, pth)
+    tree = [] if wrappers.package_root is None else [str(wrappers.package_root)]
+    found = _ask(wrappers, python, ("-I", "-c", _PACKAGE_PROBE, *tree), ("path", "package"))
+    for entry in dict.fromkeys(found["path"]):
+        if entry not in site["path"]:
+            _trusted("a sys.path entry", check_trusted_path, os.path.join("/", entry))
+    for package in found["package"]:
+        _trusted("the clusterjob package", check_trusted_tree, package)
+    origin = found.get("origin")
+    if isinstance(origin, str) and origin.startswith("/"):  # not "frozen", "built-in"
+        _trusted("the clusterjob package", check_trusted_path, origin)
+
+
+def _refuse_untrusted_python(wrappers: HookWrappers, *, default_python: bool) -> None:
+    try:
+        trust_import_path(wrappers)
+    except UntrustedConfig as exc:
+        if default_python:
+            raise UntrustedConfig(
+                f"the interpreter running this, {wrappers.python}: {exc}; give --python one "
+                f"only root can change, e.g. {ROOT_VENV_HINT}"
+            ) from None
+        raise UntrustedConfig(
+            f"--python {wrappers.python}: {exc} (slurmd would run it as root before every job)"
+        ) from None
+
+
+def install_wrappers(
+    wrappers: HookWrappers, *, dry_run: bool = False, default_python: bool = False
+) -> list[Path]:
     """Write both wrappers (root-owned, 0755), making ``prefix`` if missing; refuse a prefix,
-    site or cache the Prolog's trust rules reject. The paths (not written with ``dry_run``)."""
+    site or cache the Prolog's trust rules reject, or an interpreter whose import path is not
+    root's alone (``default_python``: it was not asked for, say how to give one). The paths
+    (not written with ``dry_run``)."""
     _refuse_untrusted(wrappers)
+    _refuse_untrusted_python(wrappers, default_python=default_python)
     if dry_run:
         existing = wrappers.prefix
         while not existing.exists() and existing != existing.parent:
@@ -306,6 +457,15 @@ def check_wrappers(wrappers: HookWrappers) -> CheckResult:
         problems += _check_file(path, want, wrappers)
     if _check_interpreter(wrappers.python):
         problems += _check_interpreter(wrappers.python)
+        return CheckResult(tuple(dict.fromkeys(problems)), tuple(notes))
+    try:
+        trust_import_path(wrappers)
+    except UsageError as exc:
+        problems.append(str(exc))
+        return CheckResult(tuple(dict.fromkeys(problems)), tuple(notes))
+    except UntrustedConfig as exc:
+        # Not run to ask its version: its code may be anyone's, and this runs as root.
+        problems.append(f"interpreter {wrappers.python}: {exc} (slurmd runs it as root)")
         return CheckResult(tuple(dict.fromkeys(problems)), tuple(notes))
     try:
         version = _probe(wrappers, "--version")
