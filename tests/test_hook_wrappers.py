@@ -72,8 +72,11 @@ def test_install_writes_root_owned_isolated_wrappers_and_prints_slurm_conf(
         lines = path.read_text().splitlines()
         assert lines[0] == "#!/bin/sh"
         assert "cd / || exit 1" in lines
-        exec_line = lines[-1]
-        assert exec_line.startswith(f"exec {sys.executable} -I -m clusterjob {hook} --site {site}")
+        command = f"{sys.executable} -I -m clusterjob {hook} --site {site}"
+        if hook == "prolog":  # its exit status is the verdict
+            assert lines[-1].startswith(f"exec {command}")
+        else:  # never the task's end: see the test below
+            assert lines[-2].startswith(command) and lines[-1] == "exit 0"
         assert Path(sys.executable).is_absolute()
     prolog = (prefix / "clusterjob-prolog").read_text()
     assert f"--cache-dir {root_tree / 'cache'}" in prolog
@@ -211,6 +214,26 @@ def test_check_reports_the_interpreter_that_does_not_run_clusterjob(
     else:
         assert any("does not run clusterjob" in p or "the wrappers run" in p
                    for p in result.problems), result.problems  # fmt: skip
+
+
+def test_a_task_prolog_that_cannot_run_says_so_and_never_fails_the_task(
+    site: Path, root_tree: Path
+) -> None:
+    """slurmd kills a task whose TaskProlog fails: a clusterjob the job's user cannot import
+    (root's checkout in a 0700 home) used to fail every such job."""
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    empty = root_tree / "no-clusterjob-here"
+    empty.mkdir()
+    wrappers = HookWrappers(root_tree / "slurm", base, site, package_root=empty)
+    wrappers.task_prolog.parent.mkdir()
+    wrappers.task_prolog.write_text(wrappers.task_prolog_text())
+    wrappers.task_prolog.chmod(0o755)
+    done = subprocess.run([str(wrappers.task_prolog)], env={"PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60, cwd="/")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = [ln for ln in done.stdout.splitlines() if ln.startswith("print ")]
+    assert len(said) == 1 and "clusterjob task-prolog could not run (exit 1)" in said[0]
+    assert "GPUs were not checked" in said[0]
 
 
 def test_a_source_tree_wrapper_runs_that_tree(site: Path, root_tree: Path) -> None:

@@ -138,9 +138,19 @@ class HookWrappers:
         return "\n".join([*self._prelude("Prolog"), f"exec {run}", ""])
 
     def task_prolog_text(self) -> str:
+        """Never fails the task: the command itself returns 0 whatever it finds, and where it
+        cannot run at all (an interpreter or package the job's user cannot reach) the job's
+        output says so and the task starts; slurmd kills a task whose TaskProlog fails."""
         passed = [f'echo "export {name}=${name}"' for name, _ in self.environment]
         run = self._command("task-prolog", "--site", str(self.site))
-        return "\n".join([*self._prelude("TaskProlog"), *passed, f"exec {run}", ""])
+        failed = (
+            'echo "print clusterjob task-prolog could not run (exit $?) as $(id -un): this '
+            "task's GPUs were not checked and CUDA_DEVICE_ORDER is not set; tell the site's "
+            'admins"'
+        )
+        return "\n".join(
+            [*self._prelude("TaskProlog"), *passed, f"{run} || {failed}", "exit 0", ""]
+        )
 
     def files(self) -> dict[Path, str]:
         return {self.prolog: self.prolog_text(), self.task_prolog: self.task_prolog_text()}
@@ -374,13 +384,18 @@ class CheckResult:
 
 
 def _interpreter(text: str) -> str | None:
+    """The interpreter a wrapper runs: the first word of its command line, the last line
+    that starts with an absolute path (the TaskProlog's) or with ``exec`` and one (the
+    Prolog's)."""
     for line in reversed(text.splitlines()):
-        if line.startswith("exec "):
-            try:
-                words = shlex.split(line[len("exec ") :])
-            except ValueError:
-                return None
-            return words[0] if words else None
+        command = line.removeprefix("exec ")
+        if not command.startswith(("/", "'/")):
+            continue
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            return None
+        return words[0] if words else None
     return None
 
 
@@ -404,7 +419,7 @@ def _check_file(path: Path, want: str, wrappers: HookWrappers) -> list[str]:
         problems.append(f"{path}: line 1 is not a #! line (execve would refuse to run it)")
     python = _interpreter(text)
     if python is None:
-        problems.append(f"{path}: no `exec INTERPRETER ...` line")
+        problems.append(f"{path}: no `INTERPRETER -I ...` command line")
     elif python != str(wrappers.python):
         problems.append(f"{path}: runs interpreter {python}, want {wrappers.python}")
     if python is not None:

@@ -162,7 +162,7 @@ def up(state_dir: Path, *, hooks: bool = True, timeout: float = 120, say: Say = 
     if layout.pid_dir.is_dir():
         current = status(state_dir)
         if current.up:
-            _make_hook_python(layout)  # a copied clusterjob follows the one running here
+            _write_node_side(layout)
             return UpResult(state_dir, True, time.monotonic() - started, current)
 
     installed = host.missing_packages()
@@ -335,18 +335,25 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool, release: str | No
     else:
         _write(layout.cgroup_conf, cgroup, 0o644)
     _write(layout.slurmdbd_conf, config.slurmdbd_conf(layout, ports, _db_password(layout)), 0o600)
-    _make_hook_python(layout)
-    # As `clusterjob site install-hooks` writes them, so the sandbox tests that very writer.
-    install_wrappers(config.hook_wrappers(layout, installed=_isolated_python_imports_us()))
-    for old in ("prolog", "task-prolog"):  # the names before the sandbox wrote them that way
-        (layout.hooks_dir / old).unlink(missing_ok=True)
-    _write(layout.bin_dir / "clusterjob", config.node_command_script(layout), 0o755)
+    _write_node_side(layout)
     key = layout.munge_dir / "munge.key"
     if not key.exists():
         _write(key, "", 0o600)
         key.write_bytes(secrets.token_bytes(128))
     shutil.chown(key, MUNGE_USER, MUNGE_USER)
     key.chmod(0o600)
+
+
+def _write_node_side(layout: Layout) -> None:
+    """What the nodes run of clusterjob: the hooks' interpreter, the Prolog and TaskProlog
+    wrappers and the node_command. Written on every `up`, a running sandbox's too, so they
+    follow the clusterjob that runs `up`."""
+    _make_hook_python(layout)
+    # As `clusterjob site install-hooks` writes them, so the sandbox tests that very writer.
+    install_wrappers(config.hook_wrappers(layout, installed=_isolated_python_imports_us()))
+    for old in ("prolog", "task-prolog"):  # the names before the sandbox wrote them that way
+        (layout.hooks_dir / old).unlink(missing_ok=True)
+    _write(layout.bin_dir / "clusterjob", config.node_command_script(layout), 0o755)
 
 
 def _make_hook_python(layout: Layout) -> None:
