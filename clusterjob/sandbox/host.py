@@ -162,17 +162,26 @@ def stop(record: PidRecord, pid_dir: Path, timeout: float = 15) -> None:
     (pid_dir / f"{record.name}.pid").unlink(missing_ok=True)
 
 
+def _says_error(line: str) -> bool:
+    low = line.lower()
+    return "fatal" in low or "error" in low
+
+
 def last_error_line(log: Path) -> str:
-    """The line of a daemon's log most likely to say why it stopped."""
+    """What a daemon's log says about why it stopped: its last error, with the first of the
+    errors just before it, which usually names the cause (``error: ... No filesystem mounted
+    on /sys/fs/cgroup ... fatal: slurmd initialization failed``)."""
     try:
         lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return "no log written"
-    for ln in reversed(lines):
-        low = ln.lower()
-        if "fatal" in low or "error" in low:
-            return ln
-    return lines[-1] if lines else "empty log"
+    errors = [i for i, ln in enumerate(lines) if _says_error(ln)]
+    if not errors:
+        return lines[-1] if lines else "empty log"
+    last = first = errors[-1]
+    while first > 0 and _says_error(lines[first - 1]):
+        first -= 1
+    return lines[last] if first == last else f"{lines[first]} ... {lines[last]}"
 
 
 @contextmanager
