@@ -105,7 +105,9 @@ def _inventory(*names: str) -> GpuInventory:
 
 def test_a_run_without_wait_does_not_jump_the_queue_of_waiting_runs(tmp_path: Path) -> None:
     lock_dir = claims.ensure_shared_dir(tmp_path / "locks")
-    machine = _inventory(A100_NAME, A100_NAME)  # both free: only the queue stands in the way
+    machine = _inventory(A100_NAME, A100_NAME)  # GPU-1 free: only the queue stands in the way
+    busy = claims.HeldClaims()  # a waiter keeps its place while GPUs are claimed
+    assert claims.try_claim(lock_dir, "GPU-0", busy)
     waiting = queue.take_ticket(queue.queue_dir(lock_dir), "python first.py")
 
     def run_now() -> object:
@@ -121,7 +123,7 @@ def test_a_run_without_wait_does_not_jump_the_queue_of_waiting_runs(tmp_path: Pa
     try:
         with pytest.raises(ClusterjobError, match=r"1 earlier run\(s\) are waiting in the queue"):
             run_now()
-        assert claims.current_claims(lock_dir) == []
+        assert [c.key for c in claims.current_claims(lock_dir)] == ["GPU-0"]
     finally:
         waiting.leave()
     acquired = run_now()  # the queue is empty again: the same run gets a GPU at once
@@ -129,11 +131,13 @@ def test_a_run_without_wait_does_not_jump_the_queue_of_waiting_runs(tmp_path: Pa
         assert len(acquired.gpus) == 1  # type: ignore[attr-defined]
     finally:
         acquired.held.release_all()  # type: ignore[attr-defined]
+        busy.release_all()
 
 
 def _other_users_ticket(qdir: Path, number: int, command: str) -> tuple[Path, int]:
-    """A live waiter of another user: its own ``<n>@<uid>.ticket``, locked by its holder."""
-    path = qdir / f"{number:012d}@4242424{queue.TICKET_SUFFIX}"
+    """A live waiter of another run: its own ``<n>@<uid>.ticket``, locked by its holder (a
+    ticket counts only when its owner is the uid its name says: here, us)."""
+    path = qdir / f"{number:016d}@{os.geteuid()}{queue.TICKET_SUFFIX}"
     path.write_text(json.dumps({"user": "bob", "pid": 4242, "command": command, "since": 1.0}))
     fd = os.open(path, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -143,19 +147,20 @@ def _other_users_ticket(qdir: Path, number: int, command: str) -> tuple[Path, in
 def test_a_ticket_after_a_gap_numbers_after_the_highest_not_after_the_count(
     tmp_path: Path,
 ) -> None:
-    """Tickets 1 (left) and 2 (another user's, live): the next is 3, behind bob. Numbered by
-    count it would be 2 again, and sort before bob's 2 by name: both would be first."""
+    """Tickets n (left) and bob's (live, a minute later on the clock, as after a clock set
+    back): the next is bob's + 1, behind bob. Numbered by the clock or by count it could sort
+    before bob's: both would be first."""
     qdir = queue.queue_dir(claims.ensure_shared_dir(tmp_path / "locks"))
     mine = queue.take_ticket(qdir, "python a.py")
-    assert mine.number == 1
-    _bob, bob_fd = _other_users_ticket(qdir, 2, "python bob.py")
+    bobs = mine.number + 60 * 10**6
+    _bob, bob_fd = _other_users_ticket(qdir, bobs, "python bob.py")
     try:
         mine.leave()
         late = queue.take_ticket(qdir, "python c.py")
         try:
-            assert late.number == 3
-            ahead = late.waiters_ahead()
-            assert [h.command if h else None for h in ahead] == ["python bob.py"]
+            assert late.number == bobs + 1
+            ahead = late.waiters_ahead(lambda: True, 0.0)
+            assert [w.holder().command for w in ahead] == ["python bob.py"]  # type: ignore[union-attr]
         finally:
             late.leave()
     finally:

@@ -8,6 +8,7 @@ go, holding the selection lock, hard-linking a claim name to someone's file.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -104,6 +105,34 @@ def holding(box: Box, user: UnixUser, gpus: int = 2) -> subprocess.Popen[bytes]:
 def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.kill()
     proc.wait(10)
+
+
+def holding_file(
+    box: Box, user: UnixUser, path: Path, text: dict[str, object]
+) -> subprocess.Popen[bytes]:
+    """``user`` writes ``text`` (JSON) to ``path`` and holds its lock, with no run behind it."""
+    ready = box.root / "marks" / f"ready-{path.name}"
+    proc = user.popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, json, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "os.write(fd, sys.argv[2].encode())\n"
+            "open(sys.argv[3], 'w').close()\n"
+            "time.sleep(120)\n",
+            str(path),
+            json.dumps(text),
+            str(ready),
+        ]
+    )
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert proc.poll() is None, "the lock holder ended early"
+        assert time.monotonic() < deadline, "the lock holder never started"
+        time.sleep(0.05)
+    return proc
 
 
 # -- 4. claims survive the other user; the lock dir is not one user's to control ------------
@@ -242,31 +271,17 @@ def test_claim_name_hard_linked_to_a_users_file_is_not_truncated(box: Box, alice
 def test_claim_holder_text_cannot_send_escape_sequences(
     box: Box, alice: UnixUser, mallory: UnixUser
 ) -> None:
-    evil_user = "\x1b]0;pwned\x07\x1b[2J"
+    """The holder is named by the claim file's owner; what the text says is shown escaped."""
+    evil = "\x1b]0;pwned\x07\x1b[2J"
     claim = box.locks / f"{KEYS[0]}@{mallory.uid}.claim"
-    holder = mallory.popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, json, os, time\n"
-            f"fd = os.open({str(claim)!r}, os.O_RDWR | os.O_CREAT, 0o644)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-            f"os.write(fd, json.dumps({{'user': {evil_user!r}, 'pid': 1, 'command': 'x',"
-            " 'since': 0}).encode())\n"
-            f"open({str(box.root / 'marks' / 'evil-ready')!r}, 'w').close()\n"
-            "time.sleep(60)\n",
-        ]
-    )
+    holder = holding_file(box, mallory, claim, {"user": evil, "pid": 1, "command": evil})
     try:
-        while not (box.root / "marks" / "evil-ready").exists():
-            assert holder.poll() is None
-            time.sleep(0.05)
         busy = box.run(alice, "run", "--gpus", "2", "--", "true")
         listed = box.run(alice, "gpus")
     finally:
         stop(holder)
     assert busy.returncode == 1
-    assert "claimed by \\x1b]0;pwned\\x07\\x1b[2J" in busy.stderr, busy.stderr
+    assert f"claimed by {mallory.name} (pid 1, since ?: \\x1b]0;pwned\\x07\\x1b[2J)" in busy.stderr
     for out in (busy.stdout, busy.stderr, listed.stdout, listed.stderr):
         assert "\x1b" not in out and "\x07" not in out
 
@@ -279,3 +294,78 @@ def test_error_lines_escape_control_characters(capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().err == (
         "clusterjob: sbatch: error: \\x1b[31mred\\x1b[0m\\x9b2J done\tok\nnext\n"
     )
+
+
+# -- 13. a ticket in the queue counts only as a waiting run ---------------------------------
+
+FAKE_ROOT = {"user": "root", "pid": 1, "command": "/sbin/init", "since": 0}
+
+
+def test_a_planted_ticket_with_nothing_behind_it_refuses_and_hangs_no_run(
+    box: Box, alice: UnixUser, mallory: UnixUser
+) -> None:
+    """The review's attack: mallory locks a ticket of her own that says it is root's, and
+    never claims anything. Runs used to be refused with every GPU free, and waiters to wait
+    forever behind 'root pid 1'."""
+    ticket = box.locks / f"{1:016d}@{mallory.uid}.ticket"
+    squatter = holding_file(box, mallory, ticket, FAKE_ROOT)
+    try:
+        start = time.monotonic()
+        now = box.run(alice, "run", "--gpus", "2", "--", "true", timeout=60)
+        assert now.returncode == 0, now.stderr
+        assert "earlier run(s) wait in the queue though no GPU is claimed" in now.stderr
+        waited = box.run(alice, "run", "--gpus", "2", "--wait", "40", "--", "true", timeout=60)
+        assert waited.returncode == 0, waited.stderr
+        assert f"(first: {mallory.name} pid 1)" in waited.stderr
+        assert "first: root" not in waited.stderr
+        assert time.monotonic() - start < 45
+        assert squatter.poll() is None  # still holding its lock: passed, not outlived
+    finally:
+        stop(squatter)
+
+
+def test_a_waiter_is_named_by_its_ticket_files_owner(
+    box: Box, alice: UnixUser, mallory: UnixUser
+) -> None:
+    """While GPUs are claimed a waiter keeps its place (a real run of mallory's waiting for
+    both GPUs would too); the refusal names who waits by the ticket's owner, not its text."""
+    job = holding(box, mallory, gpus=1)
+    ticket = box.locks / f"{1:016d}@{mallory.uid}.ticket"
+    squatter = holding_file(box, mallory, ticket, FAKE_ROOT)
+    try:
+        refused = box.run(alice, "run", "--gpus", "1", "--", "true")
+    finally:
+        stop(squatter)
+        stop(job)
+    assert refused.returncode == 1, refused.stderr
+    assert (
+        f"1 earlier run(s) are waiting in the queue (first: {mallory.name} pid 1;" in refused.stderr
+    )
+    assert "first: root" not in refused.stderr
+
+
+def test_an_eighteen_digit_ticket_does_not_end_first_come_first_served(
+    box: Box, alice: UnixUser, mallory: UnixUser
+) -> None:
+    """mallory leaves a dead ticket numbered 10**18 - 1 that nobody else may remove. A ticket
+    numbered after it had 19 digits, which the queue does not read: every waiter was invisible
+    and any later run went first."""
+    job = holding(box, mallory, gpus=1)  # (a run of hers would clear her dead tickets first)
+    planted = box.locks / f"{'9' * 18}@{mallory.uid}.ticket"
+    assert mallory.run(["sh", "-c", f"echo '{{}}' > {planted}"]).returncode == 0
+    big = box.start(alice, "run", "--gpus", "2", "--wait", "60", "--", "true")
+    try:
+        deadline = time.monotonic() + 30
+        while not list(box.locks.glob(f"*@{alice.uid}.ticket")):
+            assert big.poll() is None, "the waiting run ended early"
+            assert time.monotonic() < deadline, "the waiting run never took a ticket"
+            time.sleep(0.05)
+        later = box.run(alice, "run", "--gpus", "1", "--", "true")
+        assert later.returncode == 1, later.stderr
+        assert "1 earlier run(s) are waiting in the queue" in later.stderr
+        stop(job)
+        assert big.wait(30) == 0  # the GPUs went to the run that came first
+    finally:
+        stop(job)
+        stop(big)
+    assert planted.exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from clusterjob.workstation.claims import Claim, HeldClaims, Holder
 
 OTHER_UID = 4242
 UID = os.geteuid()
+ME = pwd.getpwuid(UID).pw_name  # a holder is named by its file's owner, whatever the text says
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def test_another_users_held_claim_file_makes_the_gpu_busy(lock_dir: Path) -> Non
         assert not claims.try_claim(lock_dir, "GPU-1", mine)
         assert mine.fds == {}
         holder = claims.holder_of(lock_dir, "GPU-1")
-        assert holder == Holder("bob", 7, "train", 0.0)
+        assert holder == Holder(ME, 7, "train", 0.0)  # the file is ours; its text says bob
         [claim] = claims.current_claims(lock_dir)
         assert (claim.key, claim.path, claim.holder) == ("GPU-1", theirs, holder)
     finally:
@@ -101,17 +103,22 @@ def test_claims_are_listed_sorted_by_gpu(lock_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "holder"),
     [
-        ('{"user": "ana", "pid": 3, "command": "x", "since": 5}', Holder("ana", 3, "x", 5.0)),
-        ('{"user": "ana", "pid": "3", "command": "x"}', Holder("ana", 3, "x", 0.0)),
-        ('{"user": "ana", "pid": 3, "command": "x", "since": null}', Holder("ana", 3, "x", 0.0)),
-        ('{"user": "ana", "command": "x"}', None),
-        ('{"user": "ana", "pid": "three", "command": "x"}', None),
-        ("[1, 2]", None),
-        ("", None),
-        ("not json", None),
+        ('{"user": "ana", "pid": 3, "command": "x", "since": 5}', Holder(ME, 3, "x", 5.0)),
+        ('{"user": "ana", "pid": "3", "command": "x"}', Holder(ME, 3, "x", 0.0)),
+        ('{"user": "ana", "pid": 3, "command": "x", "since": null}', Holder(ME, 3, "x", 0.0)),
+        ('{"pid": 3, "command": "x", "since": 1e300}', Holder(ME, 3, "x", 0.0)),
+        ('{"pid": 3, "command": "x", "since": -5}', Holder(ME, 3, "x", 0.0)),
+        ('{"user": "ana", "command": "x"}', Holder(ME, None, "", 0.0)),
+        ('{"user": "ana", "pid": "three", "command": "x"}', Holder(ME, None, "", 0.0)),
+        ('{"user": "ana", "pid": 3, "command": "x", "since": "soon"}', Holder(ME, None, "", 0.0)),
+        ('"text"', Holder(ME, None, "", 0.0)),
+        ("[1, 2]", Holder(ME, None, "", 0.0)),
+        ("", Holder(ME, None, "", 0.0)),
+        ("not json", Holder(ME, None, "", 0.0)),
     ],
 )
-def test_read_holder(tmp_path: Path, text: str, holder: Holder | None) -> None:
+def test_read_holder(tmp_path: Path, text: str, holder: Holder) -> None:
+    """The owner is always known; the rest comes from the text when it reads as a holder."""
     path = tmp_path / "GPU-1@0.claim"
     path.write_text(text)
     assert claims.read_holder(path) == holder
@@ -131,6 +138,11 @@ def test_holder_text() -> None:
     since = time.mktime((2026, 1, 2, 13, 45, 0, 0, 0, -1))
     assert str(Holder("ana", 3, "x", since)) == "ana (pid 3, since 13:45: x)"
     assert "\x1b" not in str(Holder("ana\x1b[2J", 3, "x\x1b]0;", 0))
+    assert str(Holder("ana", None, "", 0)) == "ana"  # text unreadable: only the owner
+    assert (Holder("ana", 3, "x", 0).brief(), Holder("ana", None, "", 0).brief()) == (
+        "ana pid 3",
+        "ana",
+    )
     claim = Claim("GPU-1", Path("/l/GPU-1@0.claim"), None)
     assert claim.holder_text() == "another clusterjob run (holder unknown)"
     assert Claim("GPU-1", claim.path, Holder("a", 1, "c", 0)).holder_text() == str(
@@ -299,8 +311,8 @@ def test_more_foreign_names(lock_dir: Path) -> None:
 
 def test_holder_text_that_is_not_utf8_is_still_read(tmp_path: Path) -> None:
     path = tmp_path / "GPU-1@0.claim"
-    path.write_bytes(b'{"user": "an\xffa", "pid": 1, "command": "x"}')
-    assert claims.read_holder(path) == Holder("an\ufffda", 1, "x", 0.0)
+    path.write_bytes(b'{"user": "x", "pid": 1, "command": "an\xffa"}')
+    assert claims.read_holder(path) == Holder(ME, 1, "an\ufffda", 0.0)
 
 
 def test_holder_of_names_only_that_gpus_holder(lock_dir: Path) -> None:

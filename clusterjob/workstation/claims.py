@@ -1,9 +1,10 @@
 """GPU claims shared by every user of a machine: flock'ed files in one lock dir.
 
 A claim is *held* exactly while some process holds ``flock(LOCK_EX)`` on a claim file of
-that GPU; the file's text (user, pid, command) is only for display. The kernel drops a flock
-when the last descriptor of its open file goes away, so a claim ends when its command exits
-or is killed (SIGKILL included) and a left-over file without a holder is simply free.
+that GPU; the file's text (pid, command) is only for display, under the name of the file's
+owner (never a name the text gives). The kernel drops a flock when the last descriptor of
+its open file goes away, so a claim ends when its command exits or is killed (SIGKILL
+included) and a left-over file without a holder is simply free.
 ``clusterjob run`` keeps the descriptors open across ``exec``: the command itself holds its
 GPUs.
 
@@ -44,6 +45,7 @@ CLAIM_SUFFIX = ".claim"
 SHARED_DIR_MODE = 0o1777
 CLAIM_FILE_MODE = 0o644  # readable by all (who holds it), written by its owner only
 SELECTION_WAIT_S = 5.0  # the selection lock only spares runs a useless race: never wait long
+_LAST_SINCE = 2.0**40  # seconds since 1970: any "since" beyond is garbage
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -105,22 +107,29 @@ def ensure_shared_dir(path: Path) -> Path:
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a claim, as its holder wrote it."""
+    """Who holds a claim or waits with a ticket: the file's owner, which nobody can forge, and
+    what its text says (pid, command, since; ``pid`` None when the text is unreadable)."""
 
     user: str
-    pid: int
+    pid: int | None
     command: str
     since: float  # time.time()
 
     def __str__(self) -> str:
+        if self.pid is None:
+            return printable(self.user)
         since = time.strftime("%H:%M", time.localtime(self.since)) if self.since else "?"
         # the holder wrote this text: whoever reads it must not get their terminal driven
         return printable(f"{self.user} (pid {self.pid}, since {since}: {self.command})")
 
+    def brief(self) -> str:
+        """``user pid N``, for a status line."""
+        return printable(self.user if self.pid is None else f"{self.user} pid {self.pid}")
+
 
 @dataclass(frozen=True)
 class Claim:
-    """A GPU claim seen in the lock dir; ``holder`` is None when its text is unreadable."""
+    """A GPU claim seen in the lock dir; ``holder`` is None when the file went meanwhile."""
 
     key: str  # GPU UUID (or bus ID when NVML gives no UUID)
     path: Path
@@ -333,45 +342,61 @@ def write_holder(held: HeldClaims, key: str, command: str, pid: int | None = Non
 
 
 def read_holder(path: Path) -> Holder | None:
+    """Who holds ``path``: its owner by name, with the pid, command and time its text gives
+    (the text says "root" as easily as anything else); None unless a regular file."""
     fd = _open_regular(path)
     if fd is None:
         return None
     try:
-        data = json.loads(os.read(fd, 4096).decode("utf-8", "replace") or "null")
-        return Holder(
-            user=str(data["user"]),
-            pid=int(data["pid"]),
-            command=str(data["command"]),
-            since=float(data.get("since") or 0),
-        )
-    except (OSError, ValueError, TypeError, KeyError):
+        owner = _user_name(os.fstat(fd).st_uid)
+        raw = os.read(fd, 4096)
+    except OSError:
         return None
     finally:
         os.close(fd)
+    try:
+        data = json.loads(raw.decode("utf-8", "replace") or "null")
+        since = float(data.get("since") or 0)
+        return Holder(
+            user=owner,
+            pid=int(data["pid"]),
+            command=str(data["command"]),
+            since=since if 0 < since < _LAST_SINCE else 0.0,  # no time.localtime overflow
+        )
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        return Holder(user=owner, pid=None, command="", since=0.0)
 
 
 def holder_of(lock_dir: Path, key: str) -> Holder | None:
-    """Who holds ``key`` now, as they wrote it (None: nobody, or text unreadable)."""
+    """Who holds ``key`` now (None: nobody)."""
     for path in _claim_files(lock_dir, key):
         if is_held(path):
             return read_holder(path)
     return None
 
 
-def is_held(path: Path) -> bool:
-    """True when some process holds the claim file's lock (probed with a shared try-lock)."""
+def lock_state(path: Path) -> tuple[os.stat_result, bool] | None:
+    """The file's status and whether some process holds its lock (probed with a shared
+    try-lock); None unless ``path`` is a regular file we can open."""
     fd = _open_regular(path)
     if fd is None:
-        return False
+        return None
     try:
+        info = os.fstat(fd)
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return True
+        return info, True
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
-    return False
+    return info, False
+
+
+def is_held(path: Path) -> bool:
+    """True when some process holds the claim file's lock (probed with a shared try-lock)."""
+    state = lock_state(path)
+    return state is not None and state[1]
 
 
 def foreign_files(lock_dir: Path) -> list[str]:
@@ -395,7 +420,7 @@ def foreign_files(lock_dir: Path) -> list[str]:
     return found
 
 
-def current_claims(lock_dir: Path | None = None) -> list[Claim]:
+def current_claims(lock_dir: Path | None = None, wait: float = SELECTION_WAIT_S) -> list[Claim]:
     """Every GPU claim held right now on this machine, sorted by key (for ``clusterjob gpus``).
 
     Probed under the selection lock, so a probe never makes a concurrent run think a free GPU
@@ -404,12 +429,17 @@ def current_claims(lock_dir: Path | None = None) -> list[Claim]:
     lock_dir = default_lock_dir() if lock_dir is None else lock_dir
     if not lock_dir.is_dir():
         return []
+    with selection_lock(lock_dir, wait):
+        return held_claims(lock_dir)
+
+
+def held_claims(lock_dir: Path) -> list[Claim]:
+    """``current_claims`` for a caller that holds the selection lock already."""
     claims: dict[str, Claim] = {}
-    with selection_lock(lock_dir):
-        for path in _claim_files(lock_dir):
-            key = _key_of(path.name)
-            if key is not None and key not in claims and is_held(path):
-                claims[key] = Claim(key=key, path=path, holder=read_holder(path))
+    for path in _claim_files(lock_dir):
+        key = _key_of(path.name)
+        if key is not None and key not in claims and is_held(path):
+            claims[key] = Claim(key=key, path=path, holder=read_holder(path))
     return [claims[k] for k in sorted(claims)]
 
 

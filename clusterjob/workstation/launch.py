@@ -119,17 +119,7 @@ def acquire_gpus(
     qdir = queue_mod.queue_dir(lock_dir)
     text = shlex.join(command)
     if not wait:
-        with claims_mod.selection_lock(lock_dir):
-            waiting = queue_mod.live_waiters(qdir)
-            if waiting:
-                raise ClusterjobError(
-                    f"no {request.describe(model)} for you now: {waiting} earlier run(s) are "
-                    "waiting in the queue (first come, first served): use --wait to queue"
-                )
-            acquired, message = _attempt(request, inventory, catalog, lock_dir, text)
-        if acquired is None:
-            raise ClusterjobError(f"{message} (use --wait to queue for them)")
-        return acquired
+        return _acquire_now(request, model, inventory, catalog, lock_dir, text, clock)
 
     status = status or StatusLine()
     deadline = None if timeout is None else clock() + timeout
@@ -138,13 +128,17 @@ def acquire_gpus(
         left = claims_mod.SELECTION_WAIT_S if deadline is None else deadline - clock()
         return max(0.0, min(claims_mod.SELECTION_WAIT_S, left))
 
+    def gpus_claimed() -> bool:
+        with claims_mod.selection_lock(lock_dir, lock_wait()):
+            return _gpus_claimed(lock_dir, inventory)
+
     with claims_mod.selection_lock(lock_dir, lock_wait()):
         ticket = queue_mod.take_ticket(qdir, text)
     message = ""
     summary_at = -1.0
     try:
         while True:
-            ahead = ticket.waiters_ahead()
+            ahead = ticket.waiters_ahead(gpus_claimed, clock())
             if not ahead:
                 fresh = read()
                 with claims_mod.selection_lock(lock_dir, lock_wait()):
@@ -155,12 +149,10 @@ def acquire_gpus(
                 status.show(f"clusterjob: waiting (first in queue): {message}")
             elif clock() - summary_at >= 1.0 or summary_at < 0:
                 summary_at = clock()  # other runs' claims, looked up at most once a second
-                who = ahead[0]
-                first = f"{who.user} pid {who.pid}" if who else "another run"
                 status.show(
                     f"clusterjob: waiting for {request.describe(model)}: position "
-                    f"{len(ahead) + 1} in queue (first: {first}); "
-                    f"{_claims_summary(lock_dir, inventory)}"
+                    f"{len(ahead) + 1} in queue (first: {_first(ahead)}); "
+                    f"{_claims_summary(lock_dir, inventory, lock_wait())}"
                 )
             if deadline is not None and clock() >= deadline:
                 status.done()
@@ -171,6 +163,59 @@ def acquire_gpus(
             time.sleep(POLL_SECONDS)
     finally:
         ticket.leave()
+
+
+def _acquire_now(
+    request: GpuRequest,
+    model: str,
+    inventory: GpuInventory,
+    catalog: ModelCatalog,
+    lock_dir: Path,
+    command: str,
+    clock: Callable[[], float],
+) -> Acquired:
+    """Without ``--wait``: the GPUs now, unless earlier runs wait in the queue for claimed
+    GPUs. Waiters while nothing is claimed get IDLE_WAITER_S to take their GPUs first."""
+    qdir = queue_mod.queue_dir(lock_dir)
+    watch: queue_mod.QueueWatch | None = None
+    told = False
+    while True:
+        with claims_mod.selection_lock(lock_dir):
+            present = queue_mod.waiters(qdir)
+            watch = watch or queue_mod.QueueWatch.of(present)
+            ahead = watch.still_ahead(present, lambda: _gpus_claimed(lock_dir, inventory), clock())
+            if not ahead:
+                acquired, message = _attempt(request, inventory, catalog, lock_dir, command)
+                break
+        if not watch.quiet:
+            raise ClusterjobError(
+                f"no {request.describe(model)} for you now: {len(ahead)} earlier run(s) are "
+                f"waiting in the queue (first: {_first(ahead)}; first come, first served): "
+                "use --wait to queue"
+            )
+        if not told:
+            told = True
+            print(
+                f"clusterjob: {len(ahead)} earlier run(s) wait in the queue though no GPU is "
+                f"claimed: letting them go first for up to {queue_mod.IDLE_WAITER_S:g}s",
+                file=sys.stderr,
+            )
+        time.sleep(POLL_SECONDS)
+    if acquired is None:
+        raise ClusterjobError(f"{message} (use --wait to queue for them)")
+    return acquired
+
+
+def _gpus_claimed(lock_dir: Path, inventory: GpuInventory) -> bool:
+    """Whether a GPU of this machine is claimed; the caller holds the selection lock. A claim
+    on a GPU the machine lacks holds nothing and keeps no waiter in its place."""
+    keys = {gpu_key(g) for g in inventory.gpus}
+    return any(c.key in keys for c in claims_mod.held_claims(lock_dir))
+
+
+def _first(ahead: Sequence[queue_mod.Waiter]) -> str:
+    holder = ahead[0].holder()
+    return holder.brief() if holder else "another run"
 
 
 def _attempt(
@@ -206,11 +251,11 @@ def _attempt(
     return acquired, ""
 
 
-def _claims_summary(lock_dir: Path, inventory: GpuInventory) -> str:
+def _claims_summary(lock_dir: Path, inventory: GpuInventory, lock_wait: float) -> str:
     positions = pci_positions(inventory)
     by_key = {gpu_key(g): g for g in inventory.gpus}
     parts = []
-    for claim in claims_mod.current_claims(lock_dir):
+    for claim in claims_mod.current_claims(lock_dir, lock_wait):
         gpu = by_key.get(claim.key)
         where = describe_gpu(positions[gpu.bus_id], gpu) if gpu else claim.key
         parts.append(f"{where} claimed by {claim.holder_text()}")

@@ -1,11 +1,19 @@
 """First come, first served: a ticket queue of waiting ``clusterjob run --wait`` processes.
 
 Each waiter holds ``flock(LOCK_EX)`` on its own ticket file ``<number>@<uid>.ticket`` in the
-lock dir (its own file: no other user can remove it); numbers only grow while the queue is
-non-empty, ties go by name. The waiter whose ticket is the
-lowest *live* one (still locked) is the head: only it tries to claim GPUs. A waiter that
-dies, even by SIGKILL, loses its lock and so its place; its file is then just litter, removed
-by whoever may remove it (the sticky bit keeps other users' files).
+lock dir (its own file: no other user can remove it). A file is a waiter only while it is a
+regular file owned by the uid its name says, locked, and numbered no later than now: a number
+is the time its ticket was taken, in microseconds, or one more than the last live ticket's, so
+numbers grow while the queue is non-empty (ties go by name), and a number planted far in the
+future, which would leave no room after it, is no ticket.
+
+A ticket shows that a run came first, not that it still waits for GPUs: any user can lock a
+file and never claim anything. So a run lets go first only the waiters that were ahead of it
+when it first looked (a ticket planted later with a lower number does not push in), and only
+while GPUs of this machine are claimed: waiters that take nothing while nothing is claimed for
+``IDLE_WAITER_S`` wait for something clusterjob cannot see, or for nothing, and stop holding
+others back. A waiter that dies, even by SIGKILL, loses its lock and so its place; its file is
+then just litter, removed by whoever may remove it (the sticky bit keeps other users' files).
 
 A ticket file appears already locked (written and locked under a temporary name, then
 linked in place, which never replaces another ticket), so nobody ever sees a fresh ticket as
@@ -19,14 +27,20 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from clusterjob.workstation.claims import Holder, ensure_shared_dir, is_held, read_holder
+from clusterjob.workstation.claims import Holder, ensure_shared_dir, lock_state, read_holder
 
 TICKET_SUFFIX = ".ticket"
+NUMBER_DIGITS = 16  # microseconds since 1970 fill 16 digits until the year 2286
+IDLE_WAITER_S = 10.0  # a waiting run takes free GPUs within a poll or two, NVML read included
+FUTURE_SLACK_US = 3600 * 10**6  # a clock set back by up to an hour keeps earlier tickets
+_TICKET_NAME = re.compile(r"(\d{1,19})@(\d{1,10})", re.ASCII)
 
 
 def queue_dir(lock_dir: Path) -> Path:
@@ -34,24 +48,103 @@ def queue_dir(lock_dir: Path) -> Path:
     return ensure_shared_dir(lock_dir)
 
 
-def _number(path: Path) -> int | None:
-    stem = path.name[: -len(TICKET_SUFFIX)].split("@", 1)[0]
-    return int(stem) if stem.isdigit() and len(stem) <= 18 else None
+def parse_ticket_name(name: str) -> tuple[int, int] | None:
+    """``(number, uid)`` of ``<number>@<uid>.ticket``; None for any other name."""
+    if not name.endswith(TICKET_SUFFIX):
+        return None
+    match = _TICKET_NAME.fullmatch(name[: -len(TICKET_SUFFIX)])
+    return (int(match[1]), int(match[2])) if match else None
 
 
-def _tickets(qdir: Path) -> list[tuple[int, Path]]:
-    found = []
+def _clock_number() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A ticket that counts: the owner's own locked file, numbered no later than now."""
+
+    number: int
+    path: Path
+    identity: tuple[str, int, int]  # name, device, inode: a file put in its place is not it
+
+    @property
+    def place(self) -> tuple[int, str]:
+        return (self.number, self.path.name)
+
+    def holder(self) -> Holder | None:
+        """Who waits: the file's owner, with the pid and command its text gives."""
+        return read_holder(self.path)
+
+
+def waiters(qdir: Path) -> list[Waiter]:
+    """The live waiters, first in line first; dead tickets are cleared on the way."""
     try:
         names = os.listdir(qdir)
     except OSError:
         return []
+    latest = _clock_number() + FUTURE_SLACK_US
+    found = []
     for name in names:
-        if name.endswith(TICKET_SUFFIX):
-            path = qdir / name
-            n = _number(path)
-            if n is not None:
-                found.append((n, path))
-    return sorted(found)
+        parsed = parse_ticket_name(name)
+        if parsed is None:
+            continue
+        path = qdir / name
+        state = lock_state(path)
+        if state is None:  # not a regular file: nobody's ticket
+            continue
+        info, held = state
+        if not held:
+            with contextlib.suppress(OSError):  # another user's litter stays (sticky dir)
+                path.unlink()
+            continue
+        number, uid = parsed
+        if info.st_uid == uid and number <= latest:
+            found.append(Waiter(number, path, (name, info.st_dev, info.st_ino)))
+    return sorted(found, key=lambda w: w.place)
+
+
+@dataclass
+class QueueWatch:
+    """The waiters one run lets go first: those ahead of it when it first looked, for as long
+    as they may be waiting for GPUs that clusterjob runs hold."""
+
+    ahead: set[tuple[str, int, int]]
+    quiet_s: float = 0.0  # how long this run has seen nothing claimed with waiters ahead
+    quiet_at: float | None = None  # when it last saw that (None: GPUs were claimed then)
+
+    @classmethod
+    def of(cls, ahead: Iterable[Waiter]) -> QueueWatch:
+        return cls({w.identity for w in ahead})
+
+    def still_ahead(
+        self, present: Sequence[Waiter], gpus_claimed: Callable[[], bool], now: float
+    ) -> list[Waiter]:
+        """Those of ``present`` still ahead of us; ``gpus_claimed`` is asked only when any are.
+
+        A waiter's place lasts while GPUs are claimed (it may wait for them to be released).
+        Once nothing has been claimed for IDLE_WAITER_S in all, every waiter still ahead has
+        let free GPUs go by: it waits for something else, or is no run at all, and is passed.
+        """
+        still = [w for w in present if w.identity in self.ahead]
+        self.ahead = {w.identity for w in still}
+        if not still:
+            return []
+        if gpus_claimed():
+            self.quiet_at = None
+            return still
+        if self.quiet_at is not None:
+            self.quiet_s += max(0.0, now - self.quiet_at)
+        self.quiet_at = now
+        if self.quiet_s >= IDLE_WAITER_S:
+            self.ahead = set()
+            return []
+        return still
+
+    @property
+    def quiet(self) -> bool:
+        """The last look found waiters ahead and no GPU claimed."""
+        return self.quiet_at is not None and bool(self.ahead)
 
 
 @dataclass
@@ -59,19 +152,11 @@ class Ticket:
     number: int
     path: Path
     fd: int
+    watch: QueueWatch = field(default_factory=lambda: QueueWatch(set()))
 
-    def waiters_ahead(self) -> list[Holder | None]:
-        """Live waiters before this one, oldest first; dead tickets are cleared on the way."""
-        ahead: list[Holder | None] = []
-        for n, path in _tickets(self.path.parent):
-            if (n, path) >= (self.number, self.path):
-                break
-            if is_held(path):
-                ahead.append(read_holder(path))
-            else:
-                with contextlib.suppress(OSError):  # another user's litter stays (sticky dir)
-                    path.unlink()
-        return ahead
+    def waiters_ahead(self, gpus_claimed: Callable[[], bool], now: float) -> list[Waiter]:
+        """Live waiters that were before this one when it was taken, and still count."""
+        return self.watch.still_ahead(waiters(self.path.parent), gpus_claimed, now)
 
     def leave(self) -> None:
         """Give up this place in the queue (done waiting, gave up, or interrupted)."""
@@ -85,8 +170,8 @@ class Ticket:
 
 def take_ticket(qdir: Path, command: str) -> Ticket:
     """Join the queue at its end. Call under the selection lock: numbers must not collide."""
-    existing = _tickets(qdir)
-    number = existing[-1][0] + 1 if existing else 1
+    present = waiters(qdir)
+    number = max(_clock_number(), present[-1].number + 1 if present else 0)
     tmp = qdir / f".tmp-{os.getpid()}-{secrets.token_hex(4)}"
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o644)
@@ -96,7 +181,7 @@ def take_ticket(qdir: Path, command: str) -> Ticket:
         info = {"user": _user(), "pid": os.getpid(), "command": command[:300], "since": time.time()}
         os.write(fd, (json.dumps(info) + "\n").encode())
         while True:  # link, not rename: never replace a ticket someone took meanwhile
-            path = qdir / f"{number:012d}@{os.geteuid()}{TICKET_SUFFIX}"
+            path = qdir / f"{number:0{NUMBER_DIGITS}d}@{os.geteuid()}{TICKET_SUFFIX}"
             try:
                 os.link(tmp, path)
                 break
@@ -108,12 +193,8 @@ def take_ticket(qdir: Path, command: str) -> Ticket:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
-    return Ticket(number=number, path=path, fd=fd)
-
-
-def live_waiters(qdir: Path) -> int:
-    """How many waiters hold a ticket right now."""
-    return sum(1 for _, path in _tickets(qdir) if is_held(path))
+    ahead = (w for w in present if w.place < (number, path.name))
+    return Ticket(number=number, path=path, fd=fd, watch=QueueWatch.of(ahead))
 
 
 def _user() -> str:
