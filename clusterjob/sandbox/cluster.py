@@ -672,40 +672,64 @@ def _ensure_slurmctld(layout: Layout, deadline: float, say: Say) -> None:
     _wait("answering", rec, deadline, _probe(["scontrol", "ping"], env, expect="is UP"))
 
 
+# A slurmd that runs but whose node slurmctld does not take (down, not responding: munged
+# was dead a while) is given this long before it is restarted, which registers it again.
+REGISTER_GRACE_S = 5.0
+
+
 def _ensure_slurmds(layout: Layout, deadline: float, say: Say) -> None:
     env = _slurm_env(layout)
     records = []
     for node in SANDBOX_NODES:
-        name = f"slurmd-{node.name}"
-        rec = _running(layout, name)
+        rec = _running(layout, f"slurmd-{node.name}")
         started = 0.0  # a slurmd already running has registered before
         if rec is None:
             say(f"starting slurmd for {node.name}")
-            started = time.time()
-            rec = host.spawn(
-                name,
-                [host.which("slurmd"), "-D", "-f", str(layout.slurm_conf), "-N", node.name],
-                pid_dir=layout.pid_dir,
-                log=_log(layout, name),
-                env=env,
-            )
+            started, rec = time.time(), _spawn_slurmd(layout, node.name, env)
         records.append((node.name, rec, started))
 
     for node_name, rec, started in records:
+        ready = _registered(layout, node_name, started)
+        if started:
+            _wait("registered with slurmctld", rec, deadline, ready)
+            continue
+        try:
+            _wait("registered", rec, min(deadline, time.monotonic() + REGISTER_GRACE_S), ready)
+        except ClusterjobError:
+            say(f"slurmd for {node_name} runs but slurmctld does not take it; restarting it")
+            host.stop(rec, layout.pid_dir)
+            started, rec = time.time(), _spawn_slurmd(layout, node_name, env)
+            _wait(
+                "registered with slurmctld", rec, deadline, _registered(layout, node_name, started)
+            )
 
-        def ready(n: str = node_name, since: float = started) -> str | None:
-            # slurmctld keeps a node's last state across its own restart, so "idle" alone may
-            # be stale: the node must also have registered since this slurmd started.
-            fields = _scontrol_node(layout, n)
-            state = fields.get("State", "unknown").lower()
-            if not _node_ready(state):
-                return f"state {state}"
-            registered = _slurm_timestamp(fields.get("SlurmdStartTime", ""))
-            if registered is None or registered < since - 1:
-                return "not registered since it started"
-            return None
 
-        _wait("registered with slurmctld", rec, deadline, ready)
+def _spawn_slurmd(layout: Layout, node: str, env: dict[str, str]) -> host.PidRecord:
+    return host.spawn(
+        f"slurmd-{node}",
+        [host.which("slurmd"), "-D", "-f", str(layout.slurm_conf), "-N", node],
+        pid_dir=layout.pid_dir,
+        log=_log(layout, f"slurmd-{node}"),
+        env=env,
+    )
+
+
+def _registered(layout: Layout, node: str, since: float) -> Probe:
+    """Ready when slurmctld has the node up and registered since ``since`` (0: any time)."""
+
+    def ready() -> str | None:
+        # slurmctld keeps a node's last state across its own restart, so "idle" alone may
+        # be stale: the node must also have registered since this slurmd started.
+        fields = _scontrol_node(layout, node)
+        state = fields.get("State", "unknown").lower()
+        if not _node_ready(state):
+            return f"state {state}"
+        registered = _slurm_timestamp(fields.get("SlurmdStartTime", ""))
+        if registered is None or registered < since - 1:
+            return "not registered since it started"
+        return None
+
+    return ready
 
 
 def _scontrol_node(layout: Layout, node: str) -> dict[str, str]:
