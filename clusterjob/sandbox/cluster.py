@@ -170,6 +170,19 @@ def up(state_dir: Path, *, hooks: bool = True, timeout: float = 120, say: Say = 
         say(f"installing {' '.join(installed)} (apt-get)")
         host.install_packages(installed)
 
+    running = {r.name for r in host.list_pids(layout.pid_dir) if r.alive()}
+    had_hosts_line = host.has_hosts_entry(_hosts_marker(layout))
+    try:
+        _start(layout, hooks=hooks, deadline=time.monotonic() + timeout, say=say)
+    except BaseException:
+        _undo_start(layout, running, had_hosts_line, say)
+        raise
+    final = status(state_dir)
+    return UpResult(state_dir, False, time.monotonic() - started, final, installed)
+
+
+def _start(layout: Layout, *, hooks: bool, deadline: float, say: Say) -> None:
+    """Every file, then every daemon not running, in order."""
     _make_dirs(layout)
     release = slurm_release()
     ports = _choose_ports(layout, config.port_range(release))
@@ -177,22 +190,31 @@ def up(state_dir: Path, *, hooks: bool = True, timeout: float = 120, say: Say = 
     _make_devices(layout)
     _write_standin(layout)
     host.add_hosts_entry([n.name for n in SANDBOX_NODES], _hosts_marker(layout))
-
-    deadline = time.monotonic() + timeout
     _ensure_munged(layout, deadline, say)
     _ensure_mariadb(layout, ports, deadline, say)
     _ensure_slurmdbd(layout, deadline, say)
     _register_accounting(layout)
     _ensure_slurmctld(layout, deadline, say)
     _ensure_slurmds(layout, deadline, say)
-    final = status(state_dir)
-    return UpResult(state_dir, False, time.monotonic() - started, final, installed)
+
+
+def _undo_start(layout: Layout, running: set[str], had_hosts_line: bool, say: Say) -> None:
+    """A failed `up` stops what it started and takes back its /etc/hosts line: it used to
+    leave munged, MariaDB, slurmdbd and slurmctld running after slurmd failed."""
+    started = [r for r in host.list_pids(layout.pid_dir) if r.alive() and r.name not in running]
+    for rec in reversed(started):
+        say(f"stopping {rec.name} (this start failed)")
+        host.stop(rec, layout.pid_dir)
+    if not had_hosts_line:
+        host.remove_hosts_entry(_hosts_marker(layout))
 
 
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
 
 
 def _check_state_dir(state_dir: Path) -> None:
+    """What the state dir must be, checked before anything starts (munged used to fail late,
+    "cannot canonicalize ... Permission denied", on one under a 0700 home)."""
     if not _SAFE_PATH.match(str(state_dir)):
         raise UsageError(
             f"sandbox state dir {state_dir}: use only letters, digits and ./_+- "
@@ -202,6 +224,14 @@ def _check_state_dir(state_dir: Path) -> None:
     longest = Layout(state_dir).mariadb_socket
     if len(str(longest)) > 100:
         raise UsageError(f"sandbox state dir {state_dir}: too long for a Unix socket path")
+    closed = next((p for p in state_dir.parents if p.exists() and not os.stat(p).st_mode & 1), None)
+    if closed is not None:
+        mode = stat.S_IMODE(os.stat(closed).st_mode)
+        raise UsageError(
+            f"sandbox state dir {state_dir}: {closed} is mode {mode:04o}, so the munge and "
+            "mysql daemons and other users' jobs cannot reach it; use a directory they can "
+            f"(the default is {config.DEFAULT_STATE_DIR})"
+        )
 
 
 def _hosts_marker(layout: Layout) -> str:

@@ -222,6 +222,13 @@ def remove_hosts_entry(marker: str, hosts: Path = HOSTS) -> None:
     _rewrite_hosts(hosts, marker, None)
 
 
+def has_hosts_entry(marker: str, hosts: Path = HOSTS) -> bool:
+    try:
+        return any(line.endswith(f" {marker}") for line in hosts.read_text().splitlines())
+    except OSError:
+        return False
+
+
 def _rewrite_hosts(hosts: Path, marker: str, line: str | None) -> None:
     """Rewrite in place (/etc/hosts is often a bind mount that cannot be replaced)."""
     try:
