@@ -219,3 +219,30 @@ def test_pip_install_user(dist: Path, tmp_path: Path) -> None:
         pytest.skip("the base interpreter is managed by the system (no pip --user there)")
     _run([str(base), "-m", "pip", "install", "-q", "--user", str(_wheel(dist))], tmp_path, env)
     _check_installed(tmp_path / "user" / "bin" / "clusterjob", env, tmp_path)
+
+
+def test_a_wheel_of_an_installed_clusterjob_is_the_wheel_it_came_from(
+    dist: Path, tmp_path: Path
+) -> None:
+    """`sandbox up --slurm R` from a wheel, pipx or `uv tool` install gives the release root
+    the same clusterjob as a wheel of its installed files (it used to hand pip the
+    interpreter's site-packages as a project: "does not appear to be a Python project")."""
+    original = _wheel(dist)
+    installed, again = tmp_path / "installed", tmp_path / "again"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+    _run([*pip, "--target", str(installed), str(original)], tmp_path)
+    make = (
+        "import sys; from pathlib import Path; from clusterjob.sandbox import runtime; "
+        "assert not runtime.is_checkout(); print(runtime.wheel_of_running(Path(sys.argv[1])))"
+    )
+    env = _env() | {"PYTHONPATH": str(installed)}
+    made = Path(_run([sys.executable, "-c", make, str(tmp_path / "out")], tmp_path, env).strip())
+    assert made.name == original.name
+    names = {n for n in zipfile.ZipFile(original).namelist() if "/licenses/" not in n}
+    assert set(zipfile.ZipFile(made).namelist()) == names
+    _run([*pip, "--target", str(again), str(made)], tmp_path)
+    env = _env() | {"PYTHONPATH": str(again)}
+    version = _run([sys.executable, "-m", "clusterjob", "--version"], tmp_path, env)
+    assert version == f"clusterjob {clusterjob.__version__}\n"
+    show = [sys.executable, "-m", "clusterjob", "site", "show", "--site", "mllab"]
+    assert "A100" in _run(show, tmp_path, env)  # the shipped sites and templates came along

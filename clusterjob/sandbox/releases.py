@@ -24,7 +24,7 @@ from pathlib import Path
 
 from clusterjob import envvars
 from clusterjob.errors import ClusterjobError, UsageError
-from clusterjob.sandbox import config, host
+from clusterjob.sandbox import config, host, runtime
 
 Say = Callable[[str], None]
 
@@ -162,16 +162,25 @@ def ensure_root(rel: Release, say: Say = _quiet) -> bool:
     return True
 
 
-def _venv_stamp_text() -> str:
-    digest = hashlib.sha256((_PACKAGE_ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    return f"{_PACKAGE_ROOT}\n{digest}\n"
+def _install_source(rel: Release) -> tuple[str, list[str]]:
+    """(stamp text, pip install arguments) for this clusterjob in ``rel``'s venv: a checkout
+    editable with its test tools (bound into the root at its own path); an install (a wheel,
+    pipx, `uv tool`) from a wheel of its own files, put in the release's state dir, which
+    is bound too. pip used to be given the running interpreter's site-packages as a project."""
+    if runtime.is_checkout():
+        digest = hashlib.sha256((_PACKAGE_ROOT / "pyproject.toml").read_bytes()).hexdigest()
+        return f"{_PACKAGE_ROOT}\n{digest}\n", ["-e", f"{_PACKAGE_ROOT}[test]"]
+    wheel = runtime.wheel_of_running(rel.state_dir / "wheel")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    return f"{wheel}\n{digest}\n", [str(wheel)]
 
 
 def ensure_venv(rel: Release, say: Say = _quiet) -> bool:
-    """This clusterjob, editable, with its test tools, in a venv of the suite's Python;
-    reinstalled when the tree moved or pyproject.toml changed. True when (re)installed."""
+    """This clusterjob in a venv of the suite's Python (``_install_source``); reinstalled when
+    it changed. True when (re)installed."""
     stamp = rel.inside(VENV) / ".clusterjob-venv"
-    if stamp.exists() and stamp.read_text() == _venv_stamp_text():
+    want, install = _install_source(rel)
+    if stamp.exists() and stamp.read_text() == want:
         return False
     say(f"installing clusterjob into {VENV} of the {rel.suite} root (pip)")
     run_inside(rel, ["python3", "-m", "venv", "--clear", str(VENV)], timeout=300)
@@ -179,8 +188,8 @@ def ensure_venv(rel: Release, say: Say = _quiet) -> bool:
     # trusts the CAs the host trusts (``mount`` copied the bundle in).
     pip = [str(VENV / "bin/python"), "-m", "pip", "--isolated", "--cert", CA_BUNDLE]
     run_inside(rel, [*pip, "install", "-q", "--upgrade", "pip"], timeout=600)
-    run_inside(rel, [*pip, "install", "-q", "-e", f"{_PACKAGE_ROOT}[test]"], timeout=1800)
-    stamp.write_text(_venv_stamp_text())
+    run_inside(rel, [*pip, "install", "-q", *install], timeout=1800)
+    stamp.write_text(want)
     return True
 
 
@@ -206,8 +215,9 @@ def is_mounted(rel: Release) -> bool:
 
 
 def _binds(rel: Release) -> list[Path]:
-    """Host folders seen inside at their own paths: the clusterjob tree, the state dir."""
-    return [_PACKAGE_ROOT, rel.state_dir]
+    """Host folders seen inside at their own paths: the clusterjob tree (a checkout's), the
+    state dir."""
+    return [_PACKAGE_ROOT, rel.state_dir] if runtime.is_checkout() else [rel.state_dir]
 
 
 def mount(rel: Release) -> None:

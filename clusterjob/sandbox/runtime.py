@@ -11,12 +11,14 @@ installed distributions it depends on are copied into a root-owned, world-readab
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import re
 import shutil
 import sys
 import sysconfig
+import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -174,3 +176,44 @@ def copy_runtime(directory: Path, *, extra: Iterable[str] = ()) -> CopiedRuntime
     shutil.rmtree(directory, ignore_errors=True)
     fresh.rename(directory)
     return runtime
+
+
+def is_checkout() -> bool:
+    """Whether this clusterjob runs from a source tree (a checkout, editable or not)."""
+    return (PACKAGE_DIR.parent / "pyproject.toml").is_file()
+
+
+def _record_line(arcname: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{arcname},sha256={digest},{len(data)}"
+
+
+def wheel_of_running(directory: Path) -> Path:
+    """A wheel of the clusterjob running here, made from its installed files (a wheel, pipx
+    or `uv tool` install): what another Python (a release root's) installs to run the same
+    version. A checkout builds its own; ask ``is_checkout`` first."""
+    dist = metadata.distribution(DISTRIBUTION)
+    version = dist.version
+    info = f"clusterjob_slurm-{version}.dist-info"
+    entries: list[tuple[str, bytes]] = []
+    for source in sorted(PACKAGE_DIR.rglob("*")):
+        if source.is_file() and "__pycache__" not in source.parts:
+            entries.append((source.relative_to(PACKAGE_DIR.parent).as_posix(), source.read_bytes()))
+    for name in ("METADATA", "entry_points.txt"):
+        text = dist.read_text(name)
+        if text is not None:
+            entries.append((f"{info}/{name}", text.encode()))
+    wheel_meta = (
+        "Wheel-Version: 1.0\nGenerator: clusterjob\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    entries.append((f"{info}/WHEEL", wheel_meta.encode()))
+    record = [_record_line(name, data) for name, data in entries] + [f"{info}/RECORD,,"]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"clusterjob_slurm-{version}-py3-none-any.whl"
+    partial = path.with_name(path.name + ".part")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in entries:
+            wheel.writestr(name, data)
+        wheel.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    partial.replace(path)
+    return path
