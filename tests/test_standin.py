@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from clusterjob.sandbox.standin import (
     StandinGpu,
     StandinScenario,
     a100,
+    add_sandbox_extra,
     build_standin_library,
     find_nvml_header,
     h100,
@@ -310,10 +312,27 @@ def test_build_without_compiler_names_what_to_install(tmp_path, monkeypatch):
         build_standin_library(tmp_path / "out")
 
 
-def test_missing_header_names_the_package(tmp_path):
-    with pytest.raises(ClusterjobError, match="pip install nvidia-nvml-dev"):
+def test_missing_header_names_the_extra_and_how_to_add_it_here(tmp_path):
+    with pytest.raises(ClusterjobError, match="extra") as caught:
         find_nvml_header([tmp_path])
+    assert str(caught.value).endswith(
+        f"{sys.executable} -m pip install 'clusterjob-slurm[sandbox]'"
+    )
     assert find_nvml_header().name == "nvml.h"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "advice"),
+    [
+        ("/home/ann/.local/share/pipx/venvs/clusterjob-slurm",
+         "pipx inject clusterjob-slurm nvidia-nvml-dev"),
+        ("/root/.local/share/uv/tools/clusterjob-slurm",
+         "uv tool install --reinstall 'clusterjob-slurm[sandbox]'"),
+    ],
+)  # fmt: skip
+def test_pipx_and_uv_tool_installs_are_told_their_own_way(prefix, advice):
+    """pipx users were told `pip install nvidia-nvml-dev`, which does not reach pipx's venv."""
+    assert add_sandbox_extra(prefix) == advice
 
 
 def test_standin_env_keeps_existing_library_path(monkeypatch):

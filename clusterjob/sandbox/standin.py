@@ -19,6 +19,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -231,9 +232,20 @@ def find_nvml_header(roots: Iterable[str | Path] | None = None) -> Path:
             if header.is_file():
                 return header
     raise ClusterjobError(
-        "nvml.h not found: install the PyPI package nvidia-nvml-dev "
-        "(pip install nvidia-nvml-dev) to build the stand-in NVML library"
+        "nvml.h not found: the stand-in NVML library is built against it, from the "
+        f"`sandbox` extra (PyPI package nvidia-nvml-dev): {add_sandbox_extra()}"
     )
+
+
+def add_sandbox_extra(prefix: str | None = None) -> str:
+    """How to add the `sandbox` extra to the environment clusterjob runs in (``sys.prefix``):
+    pipx and `uv tool` keep their own venvs, where a bare `pip install` does not reach."""
+    where = Path(prefix or sys.prefix).as_posix()
+    if "/pipx/venvs/" in where:
+        return "pipx inject clusterjob-slurm nvidia-nvml-dev"
+    if "/uv/tools/" in where:
+        return "uv tool install --reinstall 'clusterjob-slurm[sandbox]'"
+    return f"{sys.executable} -m pip install 'clusterjob-slurm[sandbox]'"
 
 
 def build_standin_library(dest_dir: Path) -> Path:
