@@ -266,6 +266,7 @@ def _make_dirs(layout: Layout) -> None:
         (layout.munge_dir, MUNGE_USER, 0o755),
         (layout.mariadb_dir, MYSQL_USER, 0o700),
         (layout.mariadb_socket.parent, MYSQL_USER, 0o755),
+        (_mariadb_tmp(layout), MYSQL_USER, 0o700),
     ):
         d.mkdir(parents=True, exist_ok=True)
         owner = pwd.getpwnam(user)
@@ -580,6 +581,12 @@ def _mariadb_client(layout: Layout, sql: str) -> list[str]:
     ]
 
 
+def _mariadb_tmp(layout: Layout) -> Path:
+    """MariaDB's own temporary directory: two sandboxes' `mariadb-install-db` at once in the
+    shared /tmp collided on their temporary tables ("Unknown table 'mysql.tmp_user_sys'")."""
+    return layout.mariadb_socket.parent / "tmp"
+
+
 def _ensure_mariadb(layout: Layout, ports: Ports, deadline: float, say: Say) -> None:
     if not _running(layout, "mariadb"):
         data = layout.mariadb_dir
@@ -594,6 +601,7 @@ def _ensure_mariadb(layout: Layout, ports: Ports, deadline: float, say: Say) -> 
                     "--auth-root-authentication-method=socket",
                     "--skip-test-db",
                     "--skip-name-resolve",
+                    f"--tmpdir={_mariadb_tmp(layout)}",
                 ],
                 timeout=120,
             )
@@ -606,6 +614,7 @@ def _ensure_mariadb(layout: Layout, ports: Ports, deadline: float, say: Say) -> 
                 f"--user={MYSQL_USER}",
                 f"--datadir={data}",
                 f"--socket={layout.mariadb_socket}",
+                f"--tmpdir={_mariadb_tmp(layout)}",
                 f"--port={ports.mariadb}",
                 "--bind-address=127.0.0.1",
                 "--skip-name-resolve",
