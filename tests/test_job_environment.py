@@ -461,8 +461,8 @@ def test_single_node_torchrun_starts_one_worker_per_gpu_with_the_users_options()
 def test_srun_starts_tasks_per_node_tasks() -> None:
     line = _launch_line(script="train.py", tasks_per_node=4, launcher_args=("--label",))
     assert line == (
-        'exec srun --label --ntasks-per-node=4 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 '
-        '--label "$python" train.py'
+        "exec srun --nodes=1 --ntasks=4 --ntasks-per-node=4 --gres=gpu:a100:1 --label "
+        '--kill-on-bad-exit=1 --label "$python" train.py'
     )
 
 
@@ -687,8 +687,8 @@ def test_pyxis_runs_the_program_in_an_srun_step_with_the_image() -> None:
         1, script="train.py", container_image=image, container_mounts="/data:/data"
     )
     assert line == (
-        f"exec srun --nodes=1 --ntasks=1 --container-image='{image}' "
-        '--container-mounts=/data:/data "$python" train.py'
+        "exec srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --gres=gpu:a100:1 "
+        f"--container-image='{image}' --container-mounts=/data:/data \"$python\" train.py"
     )
     lines = _last_lines(3, script="train.py", container_image=image, nodes=2)
     assert lines[0].endswith(f"--kill-on-bad-exit=1 --container-image='{image}' \\")

@@ -111,6 +111,13 @@ CASES = {
     # compares their #SBATCH lines with the documented ones; these pin the whole script).
     # perlmutter: the QoS is the queue, one task per GPU (each task sees every GPU: no --gpu-bind)
     "perlmutter-a100x4": ("perlmutter", dict(model="a100", gpus=4, account="m4321")),
+    # perlmutter on two nodes: each srun step (preflight, torchrun's agents; the srun launcher's
+    # tasks) says its own layout, GPUs and CPUs, without the batch's one-GPU-per-task request
+    "perlmutter-a100x4-2nodes": ("perlmutter", dict(model="a100", gpus=4, nodes=2)),
+    "perlmutter-a100x4-2nodes-srun": (
+        "perlmutter",
+        dict(model="a100", gpus=4, nodes=2, launcher="srun"),
+    ),
     # narval: no partition, a MIG slice by its type, memory per node
     "narval-mig-4g": ("narval", dict(model="4g.20gb", gpus=1, mem_per_gpu="40G")),
     # jeanzay: "any V100" on the default partition, QoS by time, account from the project

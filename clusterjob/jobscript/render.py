@@ -33,6 +33,7 @@ from clusterjob.jobscript.shell import (
     shell_join,
     shell_quote,
 )
+from clusterjob.jobscript.steps import job_steps
 from clusterjob.site.model import Site
 
 JOB_TEMPLATE = "job.sh.j2"
@@ -126,7 +127,7 @@ def template_environment(site: Site) -> SandboxedEnvironment:
 def comment_text(value: object) -> str:
     """``value`` for a ``#`` comment line of the script: control characters (a newline that
     would end the comment) escaped."""
-    return printable(str(value)).replace("\n", "\\n").replace("\t", "\\t")
+    return printable(str(value))
 
 
 class TemplateRecord:
@@ -234,6 +235,7 @@ def render(
     context = {  # plain values only: see TemplateRecord
         "job": template_value(resolved),
         "request": template_value(resolved.request),
+        "steps": template_value(job_steps(site, resolved)),  # each srun step's own layout
         "site": template_value(site),
         "token": str(resolved.token),
         "python": str(python or chosen.python or ("" if chosen.conda else sys.executable)),

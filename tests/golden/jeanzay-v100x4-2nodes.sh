@@ -22,7 +22,7 @@ export CLUSTERJOB_SITE=<repo>/site_configs/jeanzay.yaml
 python=/usr/bin/python3
 
 # Preflight: check this job's GPUs against the site's node map before training starts.
-srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" <sys.executable> -m clusterjob preflight
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:4 --cpus-per-task=40 <sys.executable> -m clusterjob preflight
 
 # torchrun with a static rendezvous on the first node of the job. Its address comes from
 # Slurm (NodeAddr), so it also works where several nodes share one host.
@@ -34,6 +34,6 @@ export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 # --label): `clusterjob logs JOB --rank N` or `--node NAME` picks them out.
 export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]: '
 # One torchrun per node; it starts one worker per GPU. "$0" is the interpreter below.
-exec srun --label --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 \
+exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:4 --cpus-per-task=40 --label --kill-on-bad-exit=1 \
     bash -c 'exec "$0" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=4 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --tee=3 "$@"' \
     "$python" train.py

@@ -49,6 +49,18 @@ class GpuRequestSyntax(ABC):
     def options(self, model: GpuModel, gpus: int, nodes: int, type_required: bool) -> GpuOptions:
         """``gpus`` GPUs of ``model`` on each of ``nodes`` nodes (the model has no gaps)."""
 
+    # Where sbatch hands this syntax's request on to the job's srun steps (srun reads them as
+    # its own options): a step that says its own GPUs runs without them, so that a per-task
+    # request of the batch is not also applied to the step's tasks.
+    batch_env: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def step_options(
+        self, gres_type: str | None, gpus: int, nodes: int, tasks: int
+    ) -> tuple[str, ...]:
+        """The srun options that give a step of ``tasks`` tasks on each of ``nodes`` nodes the
+        job's ``gpus`` GPUs per node, of the GRES type the batch asked for (None: untyped)."""
+
     def __str__(self) -> str:
         return self.name
 
@@ -65,8 +77,16 @@ class TypedCountSyntax(GpuRequestSyntax):
         return gaps_of(gres_type_gap(self, model, type_required))
 
     def options(self, model: GpuModel, gpus: int, nodes: int, type_required: bool) -> GpuOptions:
+        return GpuOptions((self.count_option(model.gres_type, gpus, nodes),), model.gres_type)
+
+    def step_options(
+        self, gres_type: str | None, gpus: int, nodes: int, tasks: int
+    ) -> tuple[str, ...]:
+        return (self.count_option(gres_type, gpus, nodes),)  # a node's tasks share them
+
+    def count_option(self, gres_type: str | None, gpus: int, nodes: int) -> str:
         count = gpus * nodes if self.per_job else gpus
-        return GpuOptions((f"{self.option}{type_prefix(model.gres_type)}{count}",), model.gres_type)
+        return f"{self.option}{type_prefix(gres_type)}{count}"
 
 
 _REGISTRY: dict[str, GpuRequestSyntax] = {}
@@ -76,10 +96,9 @@ _S = TypeVar("_S", bound=type[GpuRequestSyntax])
 
 def register(cls: _S) -> _S:
     """Class decorator: make the syntax known under its ``name``."""
-    syntax = cls()
-    if syntax.name in _REGISTRY:
-        raise ValueError(f"GPU request syntax {syntax.name!r} is registered twice")
-    _REGISTRY[syntax.name] = syntax
+    if cls.name in _REGISTRY:
+        raise ValueError(f"GPU request syntax {cls.name!r} is registered twice")
+    _REGISTRY[cls.name] = cls()
     return cls
 
 

@@ -34,3 +34,8 @@ class GresConstraint(GpuRequestSyntax):
         # The --constraint option is the model's node feature, added for every syntax.
         typed = model.gres_type if type_required and model.gres_type else None
         return GpuOptions((f"--gres=gpu:{type_prefix(typed)}{gpus}",), typed)
+
+    def step_options(
+        self, gres_type: str | None, gpus: int, nodes: int, tasks: int
+    ) -> tuple[str, ...]:
+        return (f"--gres=gpu:{type_prefix(gres_type)}{gpus}",)

@@ -25,3 +25,8 @@ class NoGpuOption(GpuRequestSyntax):
 
     def options(self, model: GpuModel, gpus: int, nodes: int, type_required: bool) -> GpuOptions:
         return GpuOptions((), None)
+
+    def step_options(
+        self, gres_type: str | None, gpus: int, nodes: int, tasks: int
+    ) -> tuple[str, ...]:
+        return ()  # Slurm gives no GPUs to bind: every task sees its node's

@@ -1,0 +1,27 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --gpus-per-task=1
+#SBATCH --constraint=gpu
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=32
+#SBATCH --qos=regular
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100-40GB
+export CLUSTERJOB_EXPECT_COUNT=4
+export CLUSTERJOB_SITE=<repo>/site_configs/perlmutter.yaml
+# Python: /usr/bin/python3 (given to render)
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=128 <sys.executable> -m clusterjob preflight
+
+# srun starts 4 task(s) on each node; SLURM_PROCID is each one's rank,
+# and the number its lines start with (--label; `clusterjob logs JOB --rank N`).
+exec env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --gpus-per-task=1 --gpu-bind=per_task:1 --cpus-per-task=32 --label --kill-on-bad-exit=1 "$python" train.py

@@ -1,0 +1,37 @@
+#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --gpus-per-task=1
+#SBATCH --constraint=gpu
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=32
+#SBATCH --qos=regular
+#SBATCH --comment=clusterjob:0123456789abcdef
+
+set -euo pipefail
+
+# CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+export CLUSTERJOB_TOKEN=0123456789abcdef
+export CLUSTERJOB_EXPECT_MODEL=A100-40GB
+export CLUSTERJOB_EXPECT_COUNT=4
+export CLUSTERJOB_SITE=<repo>/site_configs/perlmutter.yaml
+# Python: /usr/bin/python3 (given to render)
+python=/usr/bin/python3
+
+# Preflight: check this job's GPUs against the site's node map before training starts.
+env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=128 <sys.executable> -m clusterjob preflight
+
+# torchrun with a static rendezvous on the first node of the job. Its address comes from
+# Slurm (NodeAddr), so it also works where several nodes share one host.
+mapfile -t job_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+MASTER_ADDR=$(scontrol show node -o "${job_nodes[0]}" | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
+export MASTER_ADDR=${MASTER_ADDR:-${job_nodes[0]}}
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+# Each worker's lines start with [rankN]: (torchrun --tee), each node's with its index (srun
+# --label): `clusterjob logs JOB --rank N` or `--node NAME` picks them out.
+export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]: '
+# One torchrun per node; it starts one worker per GPU. "$0" is the interpreter below.
+exec env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=128 --label --kill-on-bad-exit=1 \
+    bash -c 'exec "$0" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=4 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --tee=3 "$@"' \
+    "$python" train.py
