@@ -117,7 +117,12 @@ GPUS_SITE = make_site("gpus")
             ("--gres=gpu:2", "--constraint=a100"),
             None,
         ),
-        (GRES_UNTYPED_SITE, dict(model="V100", gpus=2), ("--gres=gpu:2",), None),
+        (  # no type, no feature: only where the partition holds V100s alone
+            GRES_UNTYPED_SITE,
+            dict(model="V100", gpus=2, partition="debug"),
+            ("--gres=gpu:2",),
+            None,
+        ),
         # gres+constraint
         (CONSTRAINT_SITE, dict(model="A100", gpus=2), ("--gres=gpu:2", "--constraint=a100"), None),
         (
@@ -179,7 +184,8 @@ def test_gpu_options_in_the_sites_syntax(
         (
             GRES_SITE,
             dict(model="A100", partition="gpus"),
-            "unknown partition 'gpus' at site mllab; valid partitions: gpu, debug, mixed, cpu",
+            "unknown partition 'gpus' at site mllab (did you mean gpu?); valid partitions: gpu, "
+            "debug, mixed, cpu",
         ),
         (
             GRES_SITE,
@@ -283,6 +289,7 @@ def test_site_that_cannot_express_the_model_is_a_config_error(site: Site, key_pa
 
 def test_untyped_site_without_feature_can_still_ask_for_gpus() -> None:
     site = make_site("gpus-per-node", type_required=False, models=(replace(A100, gres_type=None),))
+    site = replace(site, node_map=node_map(("gpu-a[01-12]", ["A100"] * 4)))  # A100s alone
     job = resolve(site, JobRequest("train.py", model="A100", gpus=2, nodes=2))
     assert job.gres.options == ("--gpus-per-node=2",)
     assert job.gres.gres_type is None

@@ -167,7 +167,8 @@ H100_NOWHERE = make_site(models=(A100, H100))  # H100 is a model, but no node ha
         (
             GRES_SITE,
             dict(gpus=0, partition="gpus"),
-            "unknown partition 'gpus' at site mllab; valid partitions: gpu, debug, mixed, cpu",
+            "unknown partition 'gpus' at site mllab (did you mean gpu?); valid partitions: gpu, "
+            "debug, mixed, cpu",
         ),
         (
             GRES_SITE,

@@ -154,6 +154,21 @@ EXPECTED: dict[str, list[str]] = {
         "each job gets on a node (the preflight checks that many)",
         "17: partitions.queue.submit_as: expected one of partition, qos, none, got 'queue'",
     ],
+    "mig_slice_as_gpu.yaml": [
+        "9: node_map[0].gpus[0].model: A100-1g.10gb is a MIG slice (NVIDIA A100-SXM4-80GB MIG "
+        "1g.10gb), not a GPU: list the GPU it is cut from, its slices in mig: (e.g. {model: "
+        "A100, mig: [1g.10gb, ...]})",
+    ],
+    "shared_gres_type.yaml": [
+        "5: models.H100.gres_type: GRES type 'a100' is also the type of model A100: Slurm "
+        "cannot tell these models apart; give each its own gres_type, or each its own "
+        "constraint (node feature)",
+    ],
+    "group_nested_feature.yaml": [
+        "7: model_groups.A100.models: model A100-80GB's constraint 'gpu&(hbm80g|hbm80gx)' "
+        "cannot be one option of the group's [A|B]: Slurm takes one set of brackets and no "
+        "nested parentheses",
+    ],
     "many_errors.yaml": [
         "5: models.A100.memory_gb: expected an integer >= 1, got -1",
         "7: partitions.gpu.colour: unknown key; valid keys: "

@@ -110,8 +110,8 @@ def test_gres_conf_names_each_slices_device_files(site: Site) -> None:
         f"NodeName=m[1-2] Name=gpu Type=mig_1g.10gb MultipleFiles=/dev/nvidia0,{caps}66,{caps}67",
         f"NodeName=m[1-2] Name=gpu Type=mig_1g.10gb MultipleFiles=/dev/nvidia0,{caps}75,{caps}76",
         "NodeName=m[1-2] Name=gpu Type=a100 File=/dev/nvidia1",
-        "# a1: MIG slices without GPU instance ids (mig_gi:) in the node map; NVML names their "
-        "device files",
+        "# a1: MIG slices without GPU instance ids (mig: [PROFILE@GI]) in the node map; NVML "
+        "names their device files",
         "NodeName=a1 AutoDetect=nvml",
     ]
     assert node_gres_strings(site) == {

@@ -37,6 +37,9 @@ NOT_EXPRESSIBLE = {
     "two_defaults.yaml": "at most one default partition",
     "undefined_model.yaml": "a node-map model must be defined under models",
     "uuid_on_many_nodes.yaml": "a UUID on an entry that covers several nodes",
+    "mig_slice_as_gpu.yaml": "a slot's model must not be a MIG slice's (its NVML name)",
+    "shared_gres_type.yaml": "two models' GRES types compared",
+    "group_nested_feature.yaml": "a group member's constraint must nest in [A|B]",
 }
 WARNING_ONLY = {"gres_substring_warning.yaml"}  # valid configs with a warning
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from clusterjob.errors import UsageError
-from clusterjob.site.model import GpuModel, JobDefaults, ModelGroup, Partition, QosRule
+from clusterjob.site.model import GpuModel, JobDefaults, Partition, QosLimits, QosRule
 from clusterjob.slurm.syntax import sbatch_option_name, time_seconds
 
 # One GRES: name[:type][:count] (sbatch --gres list item), e.g. nvme:10, gpu:a100:2, bandwidth.
@@ -129,21 +129,28 @@ PROJECT_FIELD = "{project}"
 def effective_defaults(*layers: JobDefaults) -> JobDefaults:
     """Layers from the least to the most specific (site, partition, model): each key of a
     later layer replaces the earlier one's; ``qos`` and ``qos_by_time`` are one choice (a layer
-    that sets either replaces both); ``gres`` merges by name and ``sbatch`` by option name."""
+    that sets either replaces both), as are ``cpus_per_gpu`` and ``cpus_per_task``; ``gres``
+    merges by name and ``sbatch`` by option name."""
     out = JobDefaults()
     for layer in layers:
         qos, rules = out.qos, out.qos_by_time
         if layer.qos is not None or layer.qos_by_time:
             qos, rules = layer.qos, layer.qos_by_time
+        cpus_per_gpu, cpus_per_task = out.cpus_per_gpu, out.cpus_per_task
+        if layer.cpus_per_gpu is not None or layer.cpus_per_task is not None:
+            cpus_per_gpu, cpus_per_task = layer.cpus_per_gpu, layer.cpus_per_task
+        tasks = layer.tasks_per_node if layer.tasks_per_node is not None else out.tasks_per_node
         out = JobDefaults(
             account=layer.account if layer.account is not None else out.account,
             qos=qos,
-            cpus_per_gpu=layer.cpus_per_gpu if layer.cpus_per_gpu is not None else out.cpus_per_gpu,
+            cpus_per_gpu=cpus_per_gpu,
             mem_per_gpu=layer.mem_per_gpu if layer.mem_per_gpu is not None else out.mem_per_gpu,
             time=layer.time if layer.time is not None else out.time,
             qos_by_time=rules,
             gres=merge_gres(out.gres, layer.gres),
             sbatch=merge_sbatch_lines(out.sbatch, layer.sbatch),
+            tasks_per_node=tasks,
+            cpus_per_task=cpus_per_task,
         )
     return out
 
@@ -206,53 +213,53 @@ def limit_problem(partition: Partition, shape: Shape) -> str | None:
             f"partition {partition.name} gives whole nodes of {exact} GPUs: ask for "
             f"--gpus {exact} (per node)"
         )
-    most = partition.max_gpus_per_job
+    return size_problem(f"partition {partition.name}", partition, shape)
+
+
+def size_problem(holder: str, limits: Partition | QosLimits, shape: Shape) -> str | None:
+    """Why ``shape`` is over the GPUs per job or the nodes ``holder`` (a partition, a QoS)
+    takes; None if it is not."""
+    most = limits.max_gpus_per_job
     if most is not None and shape.total > most:
         return (
-            f"partition {partition.name} takes at most {most} GPUs per job, this job asks for "
+            f"{holder} takes at most {most} GPUs per job, this job asks for "
             f"{shape.total} ({shape.gpus_per_node} x {shape.nodes} nodes)"
         )
-    nodes = partition.max_nodes
+    nodes = limits.max_nodes
     if nodes is not None and shape.nodes > nodes:
-        return f"partition {partition.name} takes at most {nodes} nodes per job"
+        return f"{holder} takes at most {nodes} nodes per job, this job asks for {shape.nodes}"
     return None
 
 
 def time_problem(partition: Partition, seconds: int | None, shown: str) -> str | None:
-    if partition.time_limit is None or seconds is None:
+    return over_time(f"partition {partition.name}'s", partition.time_limit, seconds, shown)
+
+
+def over_time(whose: str, limit_text: str | None, seconds: int | None, shown: str) -> str | None:
+    """``--time SHOWN is longer than WHOSE limit L``; None when within it or unknown."""
+    if limit_text is None or seconds is None:
         return None
-    limit = time_seconds(partition.time_limit)
+    limit = time_seconds(limit_text)
     if limit is not None and seconds > limit:
-        return (
-            f"--time {shown} is longer than partition {partition.name}'s limit "
-            f"{partition.time_limit}"
-        )
+        return f"--time {shown} is longer than {whose} limit {limit_text}"
     return None
 
 
+def qos_problem(qos: QosLimits, shape: Shape, seconds: int | None, shown: str | None) -> str | None:
+    """Every limit of ``qos`` the job is over, in one line naming each and the QoS; None
+    when it is within them all."""
+    problems = [
+        p
+        for p in (
+            over_time(f"QoS {qos.name}'s", qos.max_time, seconds, shown or ""),
+            size_problem(f"QoS {qos.name}", qos, shape),
+        )
+        if p is not None
+    ]
+    return "; ".join(problems) or None
+
+
 # -- model groups ------------------------------------------------------------------------------
-
-
-def group_model(group: ModelGroup, members: Sequence[GpuModel]) -> GpuModel:
-    """A model group as one model to ask for: the GRES type its models share (else untyped),
-    and where each has a node feature, their OR in brackets (Slurm's matching OR: all nodes
-    of the job with the same one)."""
-    types = {m.gres_type for m in members}
-    features = [m.constraint for m in members if m.constraint]
-    constraint = None
-    if len(features) == len(members):
-        constraint = "[" + "|".join(features) + "]"
-    shared = members[0].defaults  # the members' own defaults, where they are all the same
-    return GpuModel(
-        name=group.name,
-        aliases=group.aliases,
-        gres_type=types.pop() if len(types) == 1 else None,
-        nvml_names=tuple(n for m in members for n in m.nvml_names),
-        constraint=constraint,
-        vendor=members[0].vendor,
-        defaults=shared if all(m.defaults == shared for m in members) else JobDefaults(),
-        members=group.models,
-    )
 
 
 def without_group_feature(model: GpuModel, node_models: Iterable[tuple[str, ...]]) -> GpuModel:

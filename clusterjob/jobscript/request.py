@@ -19,13 +19,14 @@ from pathlib import Path
 
 import hostlist
 
-from clusterjob.errors import ConfigError, ConfigIssue, UsageError
+from clusterjob.errors import ConfigError, ConfigIssue, UsageError, did_you_mean
 from clusterjob.jobscript import directives
 from clusterjob.jobscript import interpreter as interpreters
 from clusterjob.jobscript.interpreter import Interpreter, SubmitPython
 from clusterjob.jobscript.program import PYTHON_COMMANDS
 from clusterjob.jobscript.shell import check_directive_value, check_no_nul
-from clusterjob.site.model import GpuModel, JobDefaults, Partition, Site
+from clusterjob.site import pinning
+from clusterjob.site.model import GpuModel, JobDefaults, Partition, Site, group_model
 from clusterjob.slurm.syntax import MEMORY_SIZE, array_task_ids, time_seconds
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as clusterjob.slurm finds it in --comment
@@ -236,19 +237,57 @@ def _find_model(site: Site, request: JobRequest) -> GpuModel:
     if request.model is None:
         if len(site.models) == 1:
             return site.models[0]
+        implied = _partition_model(site, request.partition)
+        if implied is not None:
+            return implied
         raise UsageError(
             f"--model is required at site {site.name}; this site has: {_model_list(site)}"
         )
     model = site.model(request.model)
     group = site.group(request.model) if model is None else None
     if group is not None:
-        return directives.group_model(group, [site.model_by_name(m) for m in group.models])
+        return group_model(group, [site.model_by_name(m) for m in group.models])
     if model is None:
         raise UsageError(
-            f"unknown GPU model {request.model!r} at site {site.name}; "
+            f"unknown GPU model {request.model!r} at site {site.name}"
+            f"{did_you_mean(request.model, _model_spellings(site))}; "
             f"this site has: {_model_list(site)}"
         )
     return model
+
+
+def _model_spellings(site: Site) -> dict[str, str]:
+    """Every name ``--model`` takes (names, aliases, groups) -> the model's own name."""
+    named = [(m.name, m.aliases) for m in site.models]
+    named += [(g.name, g.aliases) for g in site.model_groups]
+    return {spelling: name for name, aliases in named for spelling in (name, *aliases)}
+
+
+def _check_node_names(site: Site, request: JobRequest) -> None:
+    """--nodelist and --exclude name only nodes this site has: an unknown one is named as
+    such (and the closest node), not taken for a node without the GPUs asked for."""
+    known = {n for p in site.partitions for n in p.node_names} | set(site.node_map.nodes)
+    if not known:
+        return
+    for option, hosts in (("--nodelist", request.nodelist), ("--exclude", request.exclude)):
+        unknown = sorted(_expand(hosts, option) - known)
+        if unknown:
+            raise UsageError(
+                f"{option}: no node {_compress(unknown)} at site {site.name}"
+                f"{did_you_mean(unknown[0], sorted(known))}; its nodes: "
+                f"{_compress(sorted(known))}"
+            )
+
+
+def _partition_model(site: Site, name: str | None) -> GpuModel | None:
+    """The one model the job's partition holds (the one named, else the default), which
+    ``--model`` may then leave out (``-p test`` where the test partition has only V100s);
+    None where it holds several."""
+    if name is not None:
+        partition = site.partition(name)
+    else:
+        partition = next((p for p in site.partitions if p.default), None)
+    return site.sole_model(partition) if partition is not None else None
 
 
 def _model_list(site: Site) -> str:
@@ -287,7 +326,8 @@ def _named_partition(site: Site, name: str) -> Partition:
     if partition is None:
         valid = ", ".join(p.name for p in site.partitions)
         raise UsageError(
-            f"unknown partition {name!r} at site {site.name}; valid partitions: {valid}"
+            f"unknown partition {name!r} at site {site.name}"
+            f"{did_you_mean(name, [p.name for p in site.partitions])}; valid partitions: {valid}"
         )
     return partition
 
@@ -452,6 +492,14 @@ def _combine_constraints(feature: str, user: str | None) -> str:
     return f"{_grouped(feature)}&{_grouped(user)}"
 
 
+def _check_pinned(site: Site, partition: Partition, model: GpuModel) -> None:
+    """Refuse a request Slurm could fill with another model's GPUs (site.pinning)."""
+    problem = pinning.unpinned(site, partition, model)
+    if problem:
+        key = f"model_groups.{model.name}" if model.members else f"models.{model.name}"
+        raise ConfigError(ConfigIssue(str(site.source), None, key, problem))
+
+
 def _model_config_error(site: Site, model: GpuModel, key: str, message: str) -> ConfigError:
     return ConfigError(ConfigIssue(str(site.source), None, f"models.{model.name}.{key}", message))
 
@@ -593,7 +641,10 @@ def choose_launcher(request: JobRequest) -> str:
             "use --launcher srun"
         )
     if launcher not in LAUNCHERS:
-        raise UsageError(f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+        raise UsageError(
+            f"--launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}"
+            f"{did_you_mean(launcher, LAUNCHERS)}"
+        )
     if tasks > 1 and launcher == "torchrun":
         raise UsageError(
             f"--tasks-per-node {tasks} with --launcher torchrun: torchrun starts one worker per "
@@ -731,12 +782,10 @@ def resolve(
     ``choose_interpreter=False``: no interpreter (a job that is never run: ``avail``'s
     estimate, an interactive shell), so a site's node-only interpreter does not stop it.
     """
+    request = _whole_node_gpus(site, _partition_of_qos(site, request))
     _check_text_fields(request)
+    _check_node_names(site, request)
     request, notes = _array_and_signal(request)
-    if request.partition is None and request.qos is not None:
-        queue = site.partition(request.qos)  # where the QoS is the queue, --qos picks it
-        if queue is not None and queue.submit_as == "qos":
-            request = replace(request, partition=queue.name)
     model: GpuModel | None = None
     if request.gpus == 0:
         partition, eligible = _cpu_partition(site, request)
@@ -747,6 +796,7 @@ def resolve(
         if site.gpu_syntax.name != "gres+constraint":  # that syntax needs the feature
             nodes = (site.gres_models(n) for n in partition.node_names)
             model = directives.without_group_feature(model, (m for m in nodes if m))
+        _check_pinned(site, partition, model)
     defaults = directives.effective_defaults(
         site.defaults, partition.defaults, model.defaults if model else JobDefaults()
     )
@@ -791,11 +841,15 @@ def resolve(
     gres = replace(gres, options=directives.with_gres(gres.options, extra))
     sbatch_args = directives.merge_sbatch_lines(defaults.sbatch, user_args)
     qos = _job_qos(site, partition, request, defaults, seconds)
+    _check_qos_limits(site, partition, qos, request, time, seconds)
+    if time is None:
+        time = _qos_time(site, partition, qos)
     if request.account is not None and request.project is not None:
         raise UsageError("--account and --project exclude each other: --account is used as given")
     account = request.account
     if account is None:
         account = directives.account_for(defaults.account, request.project, site.name)
+        _check_account(site, partition, account, defaults.account, environ)
     interpreter = None
     if choose_interpreter:
         interpreter = _interpreter(
@@ -818,6 +872,8 @@ def resolve(
     sbatch_tasks, cpus_per_task = None, None
     one_task_per_gpu = site.gpu_syntax.name == "gpus-per-task"
     asked_tasks = request.tasks_per_node
+    if asked_tasks is None:
+        asked_tasks = _site_task_count(site, defaults, model is not None)
     if model is not None and one_task_per_gpu and asked_tasks not in (None, request.gpus):
         raise UsageError(
             f"--tasks-per-node {asked_tasks}: site {site.name} gives each task one GPU "
@@ -829,11 +885,13 @@ def resolve(
         sbatch_tasks = asked_tasks if asked_tasks is not None else request.gpus
         if cpus_per_gpu is not None:
             cpus_per_task = max(1, cpus_per_gpu * request.gpus // sbatch_tasks)
+    if request.cpus_per_gpu is None and defaults.cpus_per_task is not None:
+        cpus_per_gpu, cpus_per_task = None, defaults.cpus_per_task
     mem = None
     if model is not None and site.form.memory == "mem" and mem_per_gpu is not None:
         mem = _times(mem_per_gpu, request.gpus)
     runs_python, argv = program_argv(request)
-    launcher = choose_launcher(request)
+    launcher = choose_launcher(replace(request, tasks_per_node=asked_tasks))
     job_name = request.job_name or Path(request.script).stem or "clusterjob"
     return ResolvedJob(
         request=request,
@@ -843,7 +901,7 @@ def resolve(
         gres=gres,
         nodes=request.nodes,
         gpus_per_node=request.gpus,
-        tasks_per_node=request.tasks_per_node or 1,
+        tasks_per_node=asked_tasks or 1,
         job_name=check_directive_value(job_name, "the job name"),
         account=account,
         qos=qos,
@@ -866,6 +924,132 @@ def resolve(
         mem=mem,
         preflight=partition.preflight or site.preflight,
     )
+
+
+def _site_task_count(site: Site, defaults: JobDefaults, has_gpus: bool) -> int | None:
+    """The site's task shape (``defaults.tasks_per_node``) for a job that gives none; a
+    config error where each task is one GPU (``gpus-per-task``: the tasks are the GPUs)."""
+    if defaults.tasks_per_node is not None and has_gpus and site.gpu_syntax.name == "gpus-per-task":
+        raise ConfigError(
+            ConfigIssue(
+                str(site.source),
+                None,
+                "defaults.tasks_per_node",
+                "gpu_request.syntax gpus-per-task gives each task one GPU: a job's tasks are "
+                "its GPUs, so it cannot have a task count of its own",
+            )
+        )
+    return defaults.tasks_per_node
+
+
+def _partition_of_qos(site: Site, request: JobRequest) -> JobRequest:
+    """A ``--qos`` that picks the partition when none is named: the partition that is that
+    QoS (``submit_as: qos``), or the first partition a QoS with limits is used with that has
+    the model asked for (``--qos devel`` goes to ``accel``)."""
+    if request.partition is not None or request.qos is None:
+        return request
+    queue = site.partition(request.qos)
+    if queue is not None and queue.submit_as == "qos":
+        return replace(request, partition=queue.name)
+    limits = site.qos_limits(request.qos)
+    if limits is None or not limits.partitions:
+        return request
+    wanted = _model_name(site, request.model)
+    for name in limits.partitions:
+        partition = site.partition(name)
+        if wanted is None or partition is None:
+            return replace(request, partition=name)
+        if _nodes_with_model(site, wanted, partition.node_names):
+            return replace(request, partition=name)
+    return replace(request, partition=limits.partitions[0])
+
+
+def _model_name(site: Site, asked: str | None) -> str | None:
+    """The canonical name of the model or model group ``--model`` names; None if unknown."""
+    found = (site.model(asked) or site.group(asked)) if asked is not None else None
+    return found.name if found is not None else None
+
+
+def _whole_node_gpus(site: Site, request: JobRequest) -> JobRequest:
+    """Where the site asks for GPUs with no option (syntax ``none``), a partition with
+    ``gpus_per_node`` gives every job its nodes' GPUs: a job there that names no ``--gpus``
+    is a GPU job with that many per node, so its preflight checks them (as a CPU-only job it
+    would check nothing on nodes whose GPUs it holds)."""
+    if request.gpus != 0 or site.gpu_syntax.name != "none":
+        return request
+    if request.partition is not None:
+        partition = site.partition(request.partition)
+    else:  # as the job's partition is chosen: the default first, one with the model
+        ordered = sorted(site.partitions, key=lambda p: not p.default)
+        wanted = _model_name(site, request.model)
+        if wanted is not None:
+            ordered = [p for p in ordered if _nodes_with_model(site, wanted, p.node_names)]
+        partition = ordered[0] if ordered else None
+    if partition is None or partition.gpus_per_node is None:
+        return request
+    return replace(request, gpus=partition.gpus_per_node)
+
+
+def _check_qos_limits(
+    site: Site,
+    partition: Partition,
+    qos: str | None,
+    request: JobRequest,
+    time: str | None,
+    seconds: int | None,
+) -> None:
+    """A QoS with limits (the site's ``qos:``): used with its partitions only, and the job
+    within its time, GPUs and nodes; refused here in one line naming the limit and the QoS."""
+    limits = site.qos_limits(qos) if qos is not None else None
+    if limits is None:
+        return
+    if limits.partitions and partition.name not in limits.partitions:
+        raise UsageError(
+            f"QoS {limits.name} at site {site.name} is used with partition "
+            f"{' or '.join(limits.partitions)}, not {partition.name}"
+        )
+    shape = directives.Shape(request.gpus, request.nodes)
+    problem = directives.qos_problem(limits, shape, seconds, time)
+    if problem is not None:
+        raise UsageError(f"{problem} at site {site.name}")
+
+
+def _qos_time(site: Site, partition: Partition, qos: str | None) -> str | None:
+    """The ``--time`` of a job that gives none under a QoS with a ``max_time``: that time
+    (Slurm would give it the partition's default, which may be past the QoS's limit), unless
+    the partition's own limit is shorter."""
+    limits = site.qos_limits(qos) if qos is not None else None
+    if limits is None or limits.max_time is None:
+        return None
+    wanted = time_seconds(limits.max_time)
+    limit = time_seconds(partition.time_limit) if partition.time_limit else None
+    if wanted is None or (limit is not None and wanted > limit):
+        return None
+    return limits.max_time
+
+
+def _check_account(
+    site: Site,
+    partition: Partition,
+    account: str | None,
+    pattern: str | None,
+    environ: Mapping[str, str] | None,
+) -> None:
+    """``account: required`` (the site's, or the partition's over it): a job charged to no
+    account is refused here, before sbatch, as the site's Slurm would refuse it. sbatch
+    reads ``SBATCH_ACCOUNT`` itself, so that counts as given."""
+    rule = partition.account or site.account
+    env = os.environ if environ is None else environ
+    if rule != "required" or account is not None or env.get("SBATCH_ACCOUNT"):
+        return
+    where = f"site {site.name}"
+    if partition.account == "required":
+        where = f"partition {partition.name} at site {site.name}"
+    if pattern is not None and directives.PROJECT_FIELD in pattern:
+        how = f"give --project (accounts here are {pattern}) or --account"
+    else:
+        how = "give --account NAME (-A), or set SBATCH_ACCOUNT"
+    raise UsageError(f"{where} charges every job to an account: {how}")
 
 
 def _job_qos(

@@ -16,7 +16,7 @@ import hostlist
 
 from clusterjob.errors import ConfigError, ConfigIssue
 from clusterjob.site.loader import load_site, validate_site_file
-from clusterjob.site.model import Site
+from clusterjob.site.model import QosLimits, Site
 from clusterjob.site.nodemodel import NodeGpu, gres_units
 from clusterjob.site.nodeview import compile_node_views, compiled_path
 
@@ -124,9 +124,9 @@ def gres_conf_lines(site: Site, device_prefix: str = "/dev/nvidia") -> list[str]
 
     A MIG slice is one record of its own: ``MultipleFiles=`` with its GPU's device file and the
     two capability files of its GPU and compute instance (compute instance 0: one per slice),
-    which need the slot's ``mig_gi:``. Nodes whose slices lack them get ``AutoDetect=nvml``
-    (Slurm's NVML plugin finds the slices and their files) instead of lines that would name
-    device files that do not exist.
+    which need each slice's GPU instance id (``mig: [3g.40gb@1, ...]``). Nodes whose slices
+    lack them get ``AutoDetect=nvml`` (Slurm's NVML plugin finds the slices and their files)
+    instead of lines that would name device files that do not exist.
     """
     lines = []
     caps = f"{device_prefix}-caps/nvidia-cap"
@@ -134,8 +134,8 @@ def gres_conf_lines(site: Site, device_prefix: str = "/dev/nvidia") -> list[str]
         names = hostlist.collect_hostlist(nodes)
         if any(piece is not None and gi is None for _, _, piece, gi in layout):
             lines += [
-                f"# {names}: MIG slices without GPU instance ids (mig_gi:) in the node map; "
-                "NVML names their device files",
+                f"# {names}: MIG slices without GPU instance ids (mig: [PROFILE@GI]) in the "
+                "node map; NVML names their device files",
                 f"NodeName={names} AutoDetect=nvml",
             ]
             continue
@@ -257,8 +257,21 @@ def site_summary(site: Site) -> dict[str, Any]:
                     "mem_per_gpu": p.defaults.mem_per_gpu,
                 },
                 "models": _partition_models(site, p.node_names),
+                "implied_model": getattr(site.sole_model(p), "name", None),
+                "account": p.account,
             }
             for p in site.partitions
+        ],
+        "account": site.account,
+        "qos": [
+            {
+                "name": q.name,
+                "max_time": q.max_time,
+                "max_gpus_per_job": q.max_gpus_per_job,
+                "max_nodes": q.max_nodes,
+                "partitions": list(q.partitions),
+            }
+            for q in site.qos
         ],
         "node_count": len(site.node_map.nodes),
         "prolog": {
@@ -270,14 +283,45 @@ def site_summary(site: Site) -> dict[str, Any]:
     }
 
 
+def _model_option_text(site: Site) -> str:
+    """Where ``--model`` may be left out: a site of one model, a partition of one model."""
+    if len(site.models) == 1:
+        return f"--model: optional (the one model, {site.models[0].name})"
+    named = [
+        f"{p.name} ({m.name}{', the default partition' if p.default else ''})"
+        for p in site.partitions
+        if (m := site.sole_model(p)) is not None
+    ]
+    if not named:
+        return "--model: required"
+    return "--model: required, except with -p " + ", ".join(named)
+
+
+def _qos_text(qos: QosLimits) -> str:
+    limits = [
+        f"{label} {value}"
+        for label, value in (
+            ("time limit", qos.max_time),
+            ("at most GPUs/job", qos.max_gpus_per_job),
+            ("at most nodes", qos.max_nodes),
+        )
+        if value is not None
+    ]
+    where = f" (with -p {' or '.join(qos.partitions)})" if qos.partitions else ""
+    return f"QoS {qos.name}{where}: {'; '.join(limits) or 'no limits listed'}"
+
+
 def format_site(site: Site) -> list[str]:
     """``site show``: what a user may ask for here, and where those GPUs are."""
-    required = "a GPU model must always be given" if site.type_required else "model optional"
+    typed = "every request names a GRES type" if site.type_required else "GRES type optional"
     lines = [
         f"site {site.name} (Slurm cluster {site.cluster_name or '?'}) from {site.source}",
-        f"GPU requests: {site.gpu_syntax.usage} (syntax {site.gpu_syntax.name}; {required})",
-        "models:",
+        f"GPU requests: {site.gpu_syntax.usage} (syntax {site.gpu_syntax.name}; {typed})",
+        _model_option_text(site),
     ]
+    if site.account == "required":
+        lines.append("account: required (--account, --project or SBATCH_ACCOUNT)")
+    lines.append("models:")
     for m in site.models:
         parts = [f"  {m.name}"]
         if m.aliases:
@@ -312,6 +356,9 @@ def format_site(site: Site) -> list[str]:
             ("at most GPUs/job", p.max_gpus_per_job),
             ("at most nodes", p.max_nodes),
             ("preflight", p.preflight),
+            ("account", p.account),
+            ("tasks/node", d.tasks_per_node),
+            ("cpus/task", d.cpus_per_task),
         ):
             if value is not None:
                 flags.append(f"{label} {value}")
@@ -324,6 +371,7 @@ def format_site(site: Site) -> list[str]:
         lines.append("  (none listed: Slurm's default partition is used)")
     for group in site.model_groups:
         lines.append(f"model group {group.name}: any of {', '.join(group.models)}")
+    lines += [_qos_text(q) for q in site.qos]
     if site.preflight != "required":
         lines.append(f"preflight: {site.preflight}")
     lines.append(f"node map: {len(site.node_map.nodes)} nodes")

@@ -16,6 +16,7 @@ import hostlist
 
 from clusterjob.site import schema
 from clusterjob.site.model import (
+    ACCOUNT_RULES,
     CPU_FORMS,
     MEMORY_FORMS,
     MULTI_NODE_FORMS,
@@ -25,8 +26,10 @@ from clusterjob.site.model import (
     JobDefaults,
     ModelGroup,
     Partition,
+    QosLimits,
     QosRule,
     RequestForm,
+    nests_in_matching_or,
 )
 from clusterjob.site.yamlcheck import (
     INVALID,
@@ -65,10 +68,11 @@ _OWN_OPTIONS = {
     "--gpus-per-node": "gpu_request.syntax",
     "--gpus-per-task": "gpu_request.syntax",
     "--cpus-per-gpu": "defaults.cpus_per_gpu",
-    "--cpus-per-task": "defaults.cpus_per_gpu with gpu_request.cpus: cpus-per-task",
+    "--cpus-per-task": "defaults.cpus_per_task",
+    "-c": "defaults.cpus_per_task",
     "--mem-per-gpu": "defaults.mem_per_gpu",
     "--mem": "defaults.mem_per_gpu with gpu_request.memory: mem",
-    "--ntasks-per-node": "gpu_request.cpus: cpus-per-task (one task per GPU)",
+    "--ntasks-per-node": "defaults.tasks_per_node",
 }
 
 
@@ -92,6 +96,17 @@ def read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults |
             failed = True
     qos = read_key(fields, "qos", v.string, path)
     cpus = read_key(fields, "cpus_per_gpu", lambda n, p: v.integer(n, p, minimum=1), path)
+    tasks, cpus_per_task = (
+        read_key(fields, key, lambda n, p: v.integer(n, p, minimum=1), path)
+        for key in ("tasks_per_node", "cpus_per_task")
+    )
+    if isinstance(cpus, int) and isinstance(cpus_per_task, int):
+        v.error(
+            key_line(fields, "cpus_per_task"),
+            join_path(path, "cpus_per_task"),
+            "give cpus_per_gpu or cpus_per_task, not both",
+        )
+        failed = True
     mem = read_key(fields, "mem_per_gpu", v.string, path)
     if isinstance(mem, str) and not MEMORY_SIZE.match(mem):
         v.error(
@@ -118,7 +133,7 @@ def read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults |
         failed = True
     gres = _read_items(v, fields.get("gres"), join_path(path, "gres"), _check_gres)
     sbatch = _read_items(v, fields.get("sbatch"), join_path(path, "sbatch"), _check_sbatch)
-    values = (account, qos, cpus, mem, time, rules, gres, sbatch)
+    values = (account, qos, cpus, mem, time, rules, gres, sbatch, tasks, cpus_per_task)
     if failed or any(x is INVALID for x in values):
         return INVALID
     assert not isinstance(rules, Invalid) and not isinstance(gres, Invalid)
@@ -132,6 +147,8 @@ def read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults |
         qos_by_time=rules,
         gres=gres,
         sbatch=sbatch,
+        tasks_per_node=tasks if isinstance(tasks, int) else None,
+        cpus_per_task=cpus_per_task if isinstance(cpus_per_task, int) else None,
     )
 
 
@@ -241,20 +258,100 @@ def read_preflight(v: Validator, fields: Mapping[str, Entry], path: str) -> str 
     return read_choice(v, fields, "preflight", path, PREFLIGHT_MODES)
 
 
+def read_account_rule(v: Validator, fields: Mapping[str, Entry], path: str) -> str | None | Invalid:
+    """``account: required`` (or ``optional``), at the top or of a partition."""
+    return read_choice(v, fields, "account", path, ACCOUNT_RULES)
+
+
+def read_qos_limits(
+    v: Validator, entry: Entry | None, partitions: Mapping[str, Partition]
+) -> tuple[QosLimits, ...]:
+    """``qos:``: each QoS's limits, its partitions ones the site has (asked for by
+    ``--partition``: a partition that is itself a QoS cannot stand beside another)."""
+    if entry is None:
+        return ()
+    named = v.any_mapping(entry.value, "qos", "a mapping of QoS name to its limits")
+    if named is None:
+        return ()
+    out: list[QosLimits] = []
+    for name, item in named.items():
+        path = join_path("qos", name)
+        fields = v.mapping(item.value, path, schema.QOS.key_table())
+        if fields is None:
+            continue
+        max_time = read_key(fields, "max_time", v.string, path)
+        if isinstance(max_time, str) and not is_time(max_time):
+            v.error(
+                key_line(fields, "max_time"),
+                join_path(path, "max_time"),
+                f"not a Slurm time: {max_time!r} (e.g. 2:00:00)",
+            )
+            max_time = INVALID
+        gpus, nodes = (
+            read_key(fields, key, lambda n, p: v.integer(n, p, minimum=1), path)
+            for key in ("max_gpus_per_job", "max_nodes")
+        )
+        named_partitions = read_key(fields, "partitions", v.string_list, path) or []
+        failed = INVALID in (max_time, gpus, nodes)
+        for i, (text, node) in enumerate(named_partitions):
+            problem = _qos_partition_problem(partitions.get(text), text, partitions)
+            if problem:
+                v.error(line_of(node), f"{path}.partitions[{i}]", problem)
+                failed = True
+        queue = partitions.get(name)
+        if queue is not None and queue.submit_as == "qos":
+            v.error(
+                line_of(item.key),
+                path,
+                f"partition {name} is asked for as this QoS (submit_as: qos): its limits are "
+                "the partition's",
+            )
+            failed = True
+        if failed:
+            continue
+        out.append(
+            QosLimits(
+                name,
+                max_time=max_time if isinstance(max_time, str) else None,
+                max_gpus_per_job=gpus if isinstance(gpus, int) else None,
+                max_nodes=nodes if isinstance(nodes, int) else None,
+                partitions=tuple(text for text, _ in named_partitions),
+            )
+        )
+    return tuple(out)
+
+
+def _qos_partition_problem(
+    partition: Partition | None, name: str, partitions: Mapping[str, Partition]
+) -> str | None:
+    if partition is None:
+        return f"unknown partition {name!r}; partitions: {', '.join(partitions) or 'none'}"
+    if partition.submit_as != "partition":
+        return (
+            f"partition {name} is not named with --partition (submit_as: "
+            f"{partition.submit_as}): no QoS can stand beside it"
+        )
+    return None
+
+
 def read_partition_policy(
     v: Validator, fields: Mapping[str, Entry], path: str
 ) -> dict[str, object] | Invalid:
     """A partition's submit_as, limits and preflight, as Partition keyword arguments."""
     submit_as = read_choice(v, fields, "submit_as", path, SUBMIT_AS)
     preflight = read_preflight(v, fields, path)
+    account = read_account_rule(v, fields, path)
     limits = {
         key: read_key(fields, key, lambda n, p: v.integer(n, p, minimum=1), path)
         for key in ("max_gpus_per_job", "gpus_per_node", "max_nodes")
     }
     if submit_as is INVALID or preflight is INVALID or INVALID in limits.values():
         return INVALID
+    if account is INVALID:
+        return INVALID
     out: dict[str, object] = {k: val for k, val in limits.items()}
     out["preflight"] = preflight
+    out["account"] = account
     if isinstance(submit_as, str):
         out["submit_as"] = submit_as
     return out
@@ -288,7 +385,7 @@ def check_partition(
 
     exact = partition.gpus_per_node
     if exact is not None:
-        short = sorted(n for n in partition.node_names if gpu_counts.get(n, 0) < exact)
+        short = sorted(n for n in partition.node_names if gpu_counts.get(n, exact) < exact)
         if short:
             v.error(
                 line("gpus_per_node"),
@@ -321,12 +418,12 @@ def check_partition(
             )
 
 
-_CONSTRAINT = re.compile(r"\A[A-Za-z0-9_.\-&|()\[\]]+\Z")
+_CONSTRAINT = re.compile(schema.CONSTRAINT_PATTERN)
 
 
 def constraint_problem(text: str) -> str | None:
     """A model's node feature expression: Slurm's operators only, brackets balanced."""
-    if not _CONSTRAINT.match(text):
+    if not _CONSTRAINT.fullmatch(text):
         return (
             f"not a node feature expression: {text!r} (features joined with & or |, "
             "grouped with ( ) or [ ])"
@@ -348,10 +445,12 @@ def read_model_groups(
     models: list[GpuModel],
     syntax_name: str | None,
     type_required: bool,
+    broken: frozenset[str] = frozenset(),
 ) -> tuple[ModelGroup, ...]:
     """``model_groups:``: each names models that exist, its names collide with no model's,
     and the site's syntax can ask for "any of them" (one shared GRES type, or every member
-    with a node feature to OR)."""
+    with a node feature to OR). A member in ``broken`` (in the models section, refused
+    there) leaves its group out unsaid: that model's own error is the one to fix."""
     if entry is None:
         return ()
     named = v.any_mapping(entry.value, "model_groups", "a mapping of group name to group")
@@ -378,7 +477,10 @@ def read_model_groups(
                 )
                 bad = True
         found: list[GpuModel] = []
+        refused = [text for text, _ in members if text in broken]
         for i, (text, node) in enumerate(members):
+            if text in broken:
+                continue
             if text not in by_name:
                 v.error(
                     line_of(node),
@@ -389,15 +491,15 @@ def read_model_groups(
             else:
                 found.append(by_name[text])
         line = key_line(fields, "models") or line_of(item.key)
-        if not bad and len(found) < 2:
+        if not bad and len(found) + len(refused) < 2:
             v.error(line, join_path(path, "models"), "a group needs two models or more")
             bad = True
-        if not bad:
+        if not bad and not refused:
             problem = _group_problem(found, syntax_name, type_required)
             if problem:
                 v.error(line, join_path(path, "models"), problem)
                 bad = True
-        if not bad:
+        if not bad and not refused:
             groups.append(
                 ModelGroup(name, tuple(a for a, _ in aliases), tuple(m.name for m in found))
             )
@@ -421,4 +523,10 @@ def _group_problem(
         )
     if syntax_name == "gres+constraint" and not features:
         return "with gres+constraint every model of a group needs its constraint"
+    nested = next((m for m in members if not nests_in_matching_or(m.constraint or "")), None)
+    if features and nested is not None:
+        return (
+            f"model {nested.name}'s constraint {nested.constraint!r} cannot be one option of "
+            "the group's [A|B]: Slurm takes one set of brackets and no nested parentheses"
+        )
     return None

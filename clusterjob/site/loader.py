@@ -20,7 +20,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from clusterjob.errors import ConfigError, ConfigIssue
 from clusterjob.pci import normalise_bus_id
-from clusterjob.site import jobpolicy, schema
+from clusterjob.site import jobpolicy, pinning, schema
 from clusterjob.site.gpu_syntax import GpuRequestSyntax, syntax_named, syntax_names
 from clusterjob.site.model import (
     VENDORS,
@@ -31,9 +31,11 @@ from clusterjob.site.model import (
     Partition,
     RequestForm,
     Site,
+    group_model,
     mig_profile_size,
     slice_model,
     slice_nvml_name,
+    slice_of,
 )
 from clusterjob.site.nodemodel import (
     CHECK_SEVERITIES,
@@ -72,6 +74,7 @@ _NODE_ENTRY_KEYS = schema.NODE_ENTRY.key_table()
 _MAX_NVLINKS = schema.GPU_SLOT.key("nvlinks").maximum or 36  # NVML_NVLINK_MAX_LINKS
 _GPU_SLOT_KEYS = schema.GPU_SLOT.key_table()
 _MIG_SLICE = re.compile(schema.MIG_SLICE_PATTERN)  # 1g.10gb, 1g.10gb+me, 3g.40gb@1
+_MIG_PROFILE = re.compile(schema.MIG_PROFILE_PATTERN)
 MIG_COMPUTE_SLICES = 7  # an A100/H100/H200 has 7 compute slices to share out
 _PROLOG_KEYS = schema.PROLOG.key_table()
 _CHECKS_KEYS = schema.CHECKS.key_table()
@@ -196,9 +199,10 @@ def _check_models(
     lines: dict[str, _ModelLines],
     syntax: GpuRequestSyntax | None,
     type_required: bool,
-) -> None:
+) -> set[str]:
     """Names and aliases must pick one model; each model must be expressible in the site's
-    request syntax; GRES types must be tellable apart by Slurm."""
+    request syntax; GRES types must be tellable apart by Slurm. Returns the models the syntax
+    cannot ask for (reported here, and left out of what refers to them)."""
     owner: dict[str, str] = {}  # casefolded name or alias -> canonical model
     for m in models:
         key = m.name.casefold()
@@ -234,22 +238,38 @@ def _check_models(
                     f"NVML name {name!r} is already listed for model {other}",
                 )
             nvml_owner.setdefault(name.casefold(), m.name)
+    unaskable: set[str] = set()
     if syntax is not None:
         for m in models:
             for gap in syntax.gaps(m, type_required):
                 v.error(lines[m.name].of(gap.key), f"models.{m.name}.{gap.key}", gap.in_config)
+                unaskable.add(m.name)
+    _check_gres_types(v, [m for m in models if m.name not in unaskable], lines)
+    return unaskable
+
+
+def _told_apart_by_feature(a: GpuModel, b: GpuModel) -> bool:
+    return bool(a.constraint and b.constraint and a.constraint != b.constraint)
+
+
+def _check_gres_types(v: Validator, models: list[GpuModel], lines: dict[str, _ModelLines]) -> None:
+    """Two models of one GRES type are the same GPUs to Slurm (``--gres=gpu:a100:1`` gets
+    either) unless a node feature of each tells them apart: refused. A type that is a
+    substring of another's also selects the other (Slurm matches types by substring): warned,
+    unless a model says it is meant (``gres_type_overlap``)."""
     typed = [(m, m.gres_type) for m in models if m.gres_type is not None]
     for position, (m, mine) in enumerate(typed):
         for rival_position, (rival, theirs) in enumerate(typed):
             if rival is m:
                 continue
             if mine.casefold() == theirs.casefold():
-                if rival_position < position:
-                    v.warn(
+                if rival_position < position and not _told_apart_by_feature(m, rival):
+                    v.error(
                         lines[m.name].of("gres_type"),
                         f"models.{m.name}.gres_type",
-                        f"GRES type {mine!r} is also the type of model {rival.name}: "
-                        "Slurm cannot tell these models apart",
+                        f"GRES type {mine!r} is also the type of model {rival.name}: Slurm "
+                        "cannot tell these models apart; give each its own gres_type, or each "
+                        "its own constraint (node feature)",
                     )
             elif mine.casefold() in theirs.casefold() and not (
                 m.gres_type_overlap or rival.gres_type_overlap
@@ -440,16 +460,8 @@ def _read_gpus(
                 f"a GPU has at most {_MAX_NVLINKS} NVLink links, got {nvlinks}",
             )
             nvlinks = INVALID
-        if isinstance(model, str) and defined is not None and model not in defined:
-            known = ", ".join(defined) or "none"
-            near = next((m.name for m in defined.values() if m and m.matches(model)), None)
-            hint = f" (write the canonical name {near!r})" if near else ""
-            v.error(
-                key_line(fields, "model"),
-                join_path(spath, "model"),
-                f"unknown model {model!r}{hint}; defined models: {known}",
-            )
-            model = INVALID
+        if isinstance(model, str) and defined is not None:
+            model = _check_slot_model(v, model, key_line(fields, "model"), spath, defined)
         if isinstance(bus_id, str):
             bus_id = _check_bus_id(v, bus_id, key_line(fields, "bus_id"), spath, i, used, previous)
             if isinstance(bus_id, str):
@@ -470,6 +482,44 @@ def _read_gpus(
         profiles, gis = mig if mig is not None else (None, None)
         slots.append(NodeGpu(i, model, bus_id, uuid, nvlinks=nvlinks, mig=profiles, mig_gi=gis))
     return None if bad else tuple(slots)
+
+
+def _check_slot_model(
+    v: Validator, model: str, line: int | None, spath: str, defined: dict[str, GpuModel | None]
+) -> str | Invalid:
+    """A slot's model: defined in the models section, and a whole GPU."""
+    if model in defined:
+        return _check_whole_gpu(v, model, line, spath, defined)
+    known = ", ".join(defined) or "none"
+    near = next((m.name for m in defined.values() if m and m.matches(model)), None)
+    hint = f" (write the canonical name {near!r})" if near else ""
+    if not near and (_MIG_PROFILE.match(model) or slice_of(model)):
+        hint = " (a MIG slice: list its GPU's model, and the slice in that slot's mig:)"
+    v.error(
+        line, join_path(spath, "model"), f"unknown model {model!r}{hint}; defined models: {known}"
+    )
+    return INVALID
+
+
+def _check_whole_gpu(
+    v: Validator, model: str, line: int | None, spath: str, defined: dict[str, GpuModel | None]
+) -> str | Invalid:
+    """A slot is a physical GPU: a MIG slice's model there would have gres-conf write device
+    files that do not exist (a slice has no /dev/nvidiaN of its own)."""
+    found = defined.get(model)
+    cut = next((c for c in map(slice_of, found.nvml_names) if c), None) if found else None
+    if cut is None:
+        return model
+    gpu_name, profile = cut
+    parent = next((m.name for m in defined.values() if m and gpu_name in m.nvml_names), None)
+    v.error(
+        line,
+        join_path(spath, "model"),
+        f"{model} is a MIG slice ({gpu_name} MIG {profile}), not a GPU: list the GPU it is "
+        f"cut from, its slices in mig: (e.g. {{model: {parent or '<the GPU>'}, "
+        f"mig: [{profile}, ...]}})",
+    )
+    return INVALID
 
 
 def _read_mig(
@@ -608,15 +658,19 @@ def _check_uuid(
     return uuid
 
 
-def _read_node_map(v: Validator, node: Node, defined: dict[str, GpuModel | None] | None) -> NodeMap:
-    """Node name -> GPU slots. Nodes of one entry share one tuple (cheap for 10,000 nodes)."""
+def _read_node_map(
+    v: Validator, node: Node, defined: dict[str, GpuModel | None] | None
+) -> tuple[NodeMap, set[str]]:
+    """Node name -> GPU slots. Nodes of one entry share one tuple (cheap for 10,000 nodes).
+    Also the nodes whose GPUs were refused (reported here, not again by what counts them)."""
     nodes: dict[str, tuple[NodeGpu, ...]] = {}
+    refused: set[str] = set()
     lines: dict[str, int] = {}
     where: dict[str, int] = {}  # node -> entry index
     uuids: dict[str, str] = {}
     items = v.sequence(node, "node_map", "a list of {nodes, gpus} entries")
     if items is None:
-        return NodeMap(nodes, lines)
+        return NodeMap(nodes, lines), refused
     for i, item in enumerate(items):
         path = f"node_map[{i}]"
         fields = v.mapping(item, path, _NODE_ENTRY_KEYS)
@@ -640,6 +694,8 @@ def _read_node_map(v: Validator, node: Node, defined: dict[str, GpuModel | None]
             lines[name] = line
             if gpus is not None:
                 nodes[name] = gpus
+            elif "gpus" in fields:
+                refused.add(name)
         for first, dup in twice.items():
             shown = hostlist.collect_hostlist(dup)
             v.error(
@@ -647,7 +703,7 @@ def _read_node_map(v: Validator, node: Node, defined: dict[str, GpuModel | None]
                 join_path(path, "nodes"),
                 f"{shown} already defined in node_map[{first}] (line {lines[dup[0]]})",
             )
-    return NodeMap(nodes, lines)
+    return NodeMap(nodes, lines), refused
 
 
 # -- the rest -------------------------------------------------------------------------------
@@ -763,6 +819,45 @@ def _defined_models(top: dict[str, Entry], models: list[GpuModel]) -> dict[str, 
     return defined
 
 
+def _check_pinning(
+    v: Validator, site: Site, lines: dict[str, _ModelLines], group_lines: dict[str, int]
+) -> None:
+    """Each model and model group, on every partition that holds it, asked for so that Slurm
+    gives only its GPUs (``clusterjob.site.pinning``). A warning: the site stays usable for
+    what it can ask for (a group of a whole-node partition's models), and ``resolve`` refuses
+    the rest."""
+    asked: list[tuple[GpuModel, int | None, str]] = [
+        (m, lines[m.name].name, "models") for m in site.models
+    ]
+    for group in site.model_groups:
+        members = [site.model_by_name(name) for name in group.models]
+        asked.append((group_model(group, members), group_lines.get(group.name), "model_groups"))
+    holdings = pinning.site_holdings(site)
+    for model, line, section in asked:
+        problem = pinning.first_unpinned(site, model, holdings)
+        if problem:
+            message = f"{problem} (until then a request for {model.name} there is refused)"
+            v.warn(line, join_path(section, model.name), message)
+
+
+def _key_lines(top: dict[str, Entry], section: str) -> dict[str, int]:
+    """Where each name of a mapping section was written."""
+    node = top[section].value if section in top else None
+    if not isinstance(node, MappingNode):
+        return {}
+    return {str(k.value): line_of(k) for k, _ in node.value if isinstance(k, ScalarNode)}
+
+
+def _gpu_counts(partition: Partition, node_map: NodeMap, refused: set[str]) -> dict[str, int]:
+    """GPUs per node of a partition, for the nodes whose GPUs are known: a node missing from
+    the node map, or whose GPUs were refused there, has its own error already."""
+    return {
+        n: len(node_map.nodes.get(n) or ())
+        for n in partition.node_names
+        if n in node_map.lines and n not in refused
+    }
+
+
 def _build(v: Validator, root: Node, path: Path) -> Site | None:
     top = v.mapping(root, "", _TOP_KEYS, "a mapping of site settings at the top")
     if top is None:
@@ -775,30 +870,39 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
     if isinstance(site_defaults, Invalid):
         site_defaults = JobDefaults()
     preflight = jobpolicy.read_preflight(v, top, "")
+    account = jobpolicy.read_account_rule(v, top, "")
 
     models: list[GpuModel] = []
+    model_lines: dict[str, _ModelLines] = {}
+    unaskable: set[str] = set()
     if "models" in top:
         models, model_lines = _read_models(v, top["models"].value)
-        _check_models(v, models, model_lines, syntax, type_required)
+        unaskable = _check_models(v, models, model_lines, syntax, type_required)
     # Node-map models are checked against the names in the models section, even where a
     # model has a bad field; without a readable models section they cannot be checked.
     defined: dict[str, GpuModel | None] | None = None
     if "models" in top and isinstance(top["models"].value, MappingNode):
         defined = _defined_models(top, models)
 
+    refused_models = frozenset(n for n, m in (defined or {}).items() if m is None) | unaskable
     groups = jobpolicy.read_model_groups(
-        v, top.get("model_groups"), models, syntax.name if syntax else None, type_required
+        v,
+        top.get("model_groups"),
+        models,
+        syntax.name if syntax else None,
+        type_required,
+        refused_models,
     )
-    node_map = NodeMap({}, {})
+    node_map, refused_nodes = NodeMap({}, {}), set[str]()
     if "node_map" in top:
-        node_map = _read_node_map(v, top["node_map"].value, defined)
+        node_map, refused_nodes = _read_node_map(v, top["node_map"].value, defined)
 
     partitions: list[Partition] = []
     if "partitions" in top:
         default_seen: tuple[str, int] | None = None
         for read in _read_partitions(v, top["partitions"].value):
             partition = read.partition
-            counts = {n: len(node_map.nodes.get(n) or ()) for n in partition.node_names}
+            counts = _gpu_counts(partition, node_map, refused_nodes)
             jobpolicy.check_partition(
                 v,
                 partition,
@@ -827,6 +931,7 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
                     default_seen = (partition.name, read.default_line)
             partitions.append(partition)
 
+    qos = jobpolicy.read_qos_limits(v, top.get("qos"), {p.name: p for p in partitions})
     prolog = _read_prolog(v, top.get("prolog"))
     checks = _read_checks(v, top.get("checks"), "checks")
     job = _read_job(v, top.get("job"), "job")
@@ -843,7 +948,7 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         return None  # each has recorded an error: not reached
     if isinstance(job, Invalid):
         return None
-    return Site(
+    site = Site(
         name=name,
         cluster_name=cluster_name,
         source=path.absolute(),
@@ -861,7 +966,11 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         preflight=preflight if isinstance(preflight, str) else "required",
         form=form,
         model_groups=groups,
+        account=account if isinstance(account, str) else "optional",
+        qos=qos,
     )
+    _check_pinning(v, site, model_lines, _key_lines(top, "model_groups"))
+    return None if v.failed else site
 
 
 # -- reading the file -----------------------------------------------------------------------

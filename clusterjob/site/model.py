@@ -7,7 +7,7 @@ Nothing here parses YAML or touches Slurm; this is the vocabulary of the submiss
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,8 +61,29 @@ class JobDefaults:
     qos_by_time: tuple[QosRule, ...] = ()  # the QoS chosen by the job's time, shortest first
     gres: tuple[str, ...] = ()  # extra GRES merged into the one --gres, e.g. ("nvme:10",)
     sbatch: tuple[str, ...] = ()  # extra #SBATCH options, e.g. ("--hint=nomultithread",)
+    # The task shape of a job that asks for none (whole nodes shared among tasks, e.g. through
+    # CUDA MPS): --ntasks-per-node and --cpus-per-task; cpus_per_task and cpus_per_gpu are one
+    # choice, as qos and qos_by_time are.
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
 
 
+@dataclass(frozen=True)
+class QosLimits:
+    """A QoS a job may name beside its partition (``--qos devel --partition=accel``), with
+    the limits the site gives it: checked at submit, so a job over them is refused in one
+    line instead of pending or refused by Slurm later."""
+
+    name: str
+    max_time: str | None = None  # a Slurm time
+    max_gpus_per_job: int | None = None
+    max_nodes: int | None = None
+    partitions: tuple[str, ...] = ()  # the partitions it is used with; empty: any
+
+
+# Whether a job must name the account it is charged to (--account, a site default, or
+# SBATCH_ACCOUNT): sites that refuse jobs without one say `account: required`.
+ACCOUNT_RULES = ("required", "optional")
 # How a job's preflight is treated: required (a failed or impossible check ends the job),
 # warn (said on stderr, the job goes on), off (not run).
 PREFLIGHT_MODES = ("required", "warn", "off")
@@ -133,6 +154,44 @@ class Partition:
     gpus_per_node: int | None = None  # exactly this many per node (whole-node partitions)
     max_nodes: int | None = None
     preflight: str | None = None  # PREFLIGHT_MODES; None: the site's
+    account: str | None = None  # ACCOUNT_RULES; None: the site's
+
+
+def nests_in_matching_or(feature: str) -> bool:
+    """Whether a model's feature expression can be one option of a matching OR: Slurm takes
+    one set of brackets per job and no parentheses inside parentheses."""
+    return not any(c in feature for c in "()[]")
+
+
+def matching_or(features: Sequence[str]) -> str:
+    """Features any one of which every node of the job shares, as Slurm's matching OR:
+    ``[v100-16g|v100-32g]``. An expression with ``&`` or ``|`` is one option in parentheses,
+    ``[(gpu&hbm80g)|a100]``: Slurm refuses an ``&`` without a node count inside brackets, and
+    reads features left to right with no precedence (22.05 to 26.05 alike)."""
+    options = [f"({f})" if any(op in f for op in "&|") else f for f in features]
+    return "[" + "|".join(options) + "]"
+
+
+def group_model(group: ModelGroup, members: Sequence[GpuModel]) -> GpuModel:
+    """A model group as one model to ask for: the GRES type its models share (else untyped),
+    and where each has a node feature, their OR in brackets (Slurm's matching OR: all nodes
+    of the job with the same one)."""
+    types = {m.gres_type for m in members}
+    features = [m.constraint for m in members if m.constraint]
+    constraint = None
+    if len(features) == len(members):
+        constraint = matching_or(features)
+    shared = members[0].defaults  # the members' own defaults, where they are all the same
+    return GpuModel(
+        name=group.name,
+        aliases=group.aliases,
+        gres_type=types.pop() if len(types) == 1 else None,
+        nvml_names=tuple(n for m in members for n in m.nvml_names),
+        constraint=constraint,
+        vendor=members[0].vendor,
+        defaults=shared if all(m.defaults == shared for m in members) else JobDefaults(),
+        members=group.models,
+    )
 
 
 MIG_SLICE_MARK = " MIG "  # NVML names a slice "<the GPU's name> MIG <profile>"
@@ -141,6 +200,13 @@ MIG_SLICE_MARK = " MIG "  # NVML names a slice "<the GPU's name> MIG <profile>"
 def slice_nvml_name(gpu_nvml_name: str, profile: str) -> str:
     """ "NVIDIA A100-SXM4-80GB", "1g.10gb" -> "NVIDIA A100-SXM4-80GB MIG 1g.10gb"."""
     return f"{gpu_nvml_name}{MIG_SLICE_MARK}{profile}"
+
+
+def slice_of(nvml_name: str) -> tuple[str, str] | None:
+    """ "NVIDIA A100-SXM4-80GB MIG 1g.10gb" -> ("NVIDIA A100-SXM4-80GB", "1g.10gb"): the GPU a
+    MIG slice's NVML name is cut from, and its profile; None for a whole GPU's name."""
+    gpu, mark, profile = nvml_name.rpartition(MIG_SLICE_MARK)
+    return (gpu, profile) if mark and gpu and profile else None
 
 
 def slice_model(models: Iterable[GpuModel], parent: GpuModel, profile: str) -> GpuModel | None:
@@ -195,6 +261,8 @@ class Site:
     preflight: str = "required"  # PREFLIGHT_MODES; partitions may override
     form: RequestForm = field(default_factory=RequestForm)
     model_groups: tuple[ModelGroup, ...] = ()
+    account: str = "optional"  # ACCOUNT_RULES; partitions may override
+    qos: tuple[QosLimits, ...] = ()  # QoS with limits, named beside a partition
 
     def group(self, name: str) -> ModelGroup | None:
         """The model group called ``name`` or one of its aliases, case-insensitively."""
@@ -251,6 +319,17 @@ class Site:
         if not any(g.mig for g in gpus):
             return tuple(g.model for g in gpus)
         return tuple(self.unit_model(u) for u in gres_units(gpus))
+
+    def sole_model(self, partition: Partition) -> GpuModel | None:
+        """The one model a partition's nodes hold (a MIG slice counts as its slice's model),
+        which ``--model`` may leave out there; None where they hold several, or none."""
+        found = {m for node in partition.node_names for m in self.gres_models(node)}
+        name = found.pop() if len(found) == 1 else None
+        return next((m for m in self.models if m.name == name), None)
+
+    def qos_limits(self, name: str) -> QosLimits | None:
+        """The QoS called ``name`` with its limits, where the site lists it."""
+        return next((q for q in self.qos if q.name == name), None)
 
     def partition(self, name: str) -> Partition | None:
         for p in self.partitions:

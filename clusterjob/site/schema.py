@@ -43,6 +43,9 @@ MIG_PROFILE_PATTERN = r"^[0-9]+g\.[0-9]+gb(\+[a-z0-9]+)*$"
 MIG_SLICE_PATTERN = r"^[0-9]+g\.[0-9]+gb(\+[a-z0-9]+)*(@([0-9]|1[0-4]))?$"
 CUDA_VERSION_PATTERN = r"^[0-9]+\.[0-9]$"
 DRIVER_VERSION_PATTERN = r"^[0-9]+(\.[0-9]+){0,2}$"
+# A model's node feature expression: feature names (Sherlock's GPU_SKU:V100_SXM2 has a colon)
+# joined by Slurm's & and |, grouped with ( ) or [ ].
+CONSTRAINT_PATTERN = r"^[A-Za-z0-9_.:&|()\[\]-]+$"
 NON_EMPTY = r"\S"
 
 
@@ -250,8 +253,56 @@ DEFAULTS = Section(
             "writes itself are refused (each has its key).",
             pattern="^-",
         ),
+        Key(
+            "tasks_per_node",
+            INTEGER,
+            "`--ntasks-per-node` of a job that gives no `--tasks-per-node` (nodes shared among "
+            "tasks, e.g. through CUDA MPS); more than one starts the program with srun.",
+            minimum=1,
+        ),
+        Key(
+            "cpus_per_task",
+            INTEGER,
+            "`--cpus-per-task`, written instead of CPUs per GPU (one choice with "
+            "`cpus_per_gpu`: a layer that sets either replaces both).",
+            minimum=1,
+        ),
     ),
     also_at=("partitions.NAME.defaults", "models.NAME.defaults"),
+)
+
+QOS = Section(
+    "qos",
+    "qos.NAME",
+    "A QoS a job names beside its partition (`--qos devel --partition=accel`), by Slurm "
+    "name, and its limits: a job over them is refused at submit, naming the limit.",
+    (
+        Key(
+            "max_time",
+            STRING,
+            "The longest `--time` it takes (MaxWall).",
+            pattern=TIME_PATTERN,
+            example='"2:00:00"',
+        ),
+        Key(
+            "max_gpus_per_job",
+            INTEGER,
+            "The most GPUs one job may ask for with it (MaxTRESPerJob=gres/gpu).",
+            minimum=1,
+        ),
+        Key(
+            "max_nodes",
+            INTEGER,
+            "The most nodes one job may ask for with it (MaxTRESPerJob=node).",
+            minimum=1,
+        ),
+        Key(
+            "partitions",
+            STRING_LIST,
+            "The partitions it is used with (a job naming it and no partition goes to the "
+            "first of them with its model); absent: any.",
+        ),
+    ),
 )
 
 MODEL = Section(
@@ -306,8 +357,12 @@ MODEL = Section(
         Key(
             "constraint",
             NULLABLE_STRING,
-            "The node feature that selects this model (`--constraint`); required by the "
-            "`gres+constraint` syntax, added to the request by every syntax.",
+            "The node feature that selects this model (`--constraint`), e.g. `a100`, "
+            "`GPU_SKU:V100_SXM2` or `gpu&hbm80g`; required by the `gres+constraint` syntax, "
+            "added to the request by every syntax. On a partition that holds other models "
+            "too, a model needs a GRES type of its own or a constraint (and then no node "
+            "holding it beside another model).",
+            pattern=CONSTRAINT_PATTERN,
         ),
     ),
 )
@@ -362,7 +417,9 @@ MODEL_GROUP = Section(
     "model_groups.NAME",
     'Several models a job may take any one of ("any V100", 16 or 32 GB): `--model NAME` '
     "asks for the GRES type they share, or for the OR of their node features in brackets "
-    "(`[v100-16g|v100-32g]`: every node of the job the same one).",
+    "(`[v100-16g|v100-32g]`: every node of the job the same one; a feature with `&` or `|` is "
+    "one option in parentheses, `[(gpu&hbm40g)|v100]`, so a member's feature has no brackets "
+    "or parentheses of its own).",
     (
         Key("aliases", STRING_LIST, "Other names `--model` accepts, case-insensitively."),
         Key("models", STRING_LIST, "The models it stands for (canonical names).", required=True),
@@ -414,6 +471,12 @@ PARTITION = Section(
             minimum=1,
         ),
         Key("max_nodes", INTEGER, "The most nodes one job may ask for here.", minimum=1),
+        Key(
+            "account",
+            CHOICE,
+            "Whether jobs here must name an account, over the site's `account`.",
+            choices=_model_constants("ACCOUNT_RULES"),
+        ),
         Key(
             "preflight",
             CHOICE,
@@ -538,6 +601,16 @@ SITE = Section(
         Key("job", SECTION, "Interpreter and setup lines for every job.", section=JOB),
         Key("defaults", SECTION, "Job defaults of the whole site.", section=DEFAULTS),
         Key(
+            "account",
+            CHOICE,
+            "`required`: a job with no account (`--account`, `--project` with an account "
+            "pattern, a `defaults.account`, or `SBATCH_ACCOUNT` in the environment) is "
+            "refused at submit, as the site's Slurm would. Partitions may say otherwise.",
+            default="optional",
+            choices=_model_constants("ACCOUNT_RULES"),
+        ),
+        Key("qos", NAMED, "QoS with limits, by Slurm name.", section=QOS),
+        Key(
             "preflight",
             CHOICE,
             "The job's first step, which checks its GPUs against the node map: `required` "
@@ -557,6 +630,7 @@ SECTIONS: tuple[Section, ...] = (
     PARTITION,
     DEFAULTS,
     QOS_RULE,
+    QOS,
     JOB,
     CHECKS,
     NODE_ENTRY,
