@@ -7,6 +7,7 @@ and exit with ``exit_code(exc)``. A traceback is shown only with ``--debug``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
@@ -83,6 +84,16 @@ class SlurmTransientError(SlurmError):
 
 class SlurmUnavailable(SlurmError):
     """Slurm could not be reached within the overall deadline, or its commands are not installed."""
+
+
+class SubmissionUncertain(SlurmUnavailable):
+    """sbatch may or may not have created the job, and Slurm could not be asked: the
+    submission's record is kept (with its token) for ``status`` to settle."""
+
+
+class SubmitInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a submission, with what became of the job (its id and how to cancel it,
+    or that its token finds it): the CLI prints the message and exits 130."""
 
 
 class SshError(ClusterjobError):
@@ -166,11 +177,60 @@ def exit_code(exc: BaseException) -> ExitCode:
     return ExitCode.INTERNAL
 
 
-# Control characters (C0 but tab and newline, DEL, C1) as \xNN: text from other users or
-# programs (a GPU claim's holder text, Slurm's stderr) must not drive the terminal.
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (9, 10)}
+# Text from other users, programs, nodes or Slurm (a GPU process's name, a claim's holder
+# text, a job's name, Slurm's stderr) must not drive the terminal, forge a line in a log or
+# hide in a drain reason: control characters (C0, DEL, C1) become \xNN (tab, newline and
+# carriage return \t \n \r), the Unicode bidirectional controls and line separators \uNNNN.
+_UNICODE_CONTROLS = (0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F), *range(0x2066, 0x206A))
+_FIELD = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
+    **{c: f"\\u{c:04x}" for c in _UNICODE_CONTROLS},
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0D: "\\r",
+}
+_LINES = {c: e for c, e in _FIELD.items() if c not in (0x09, 0x0A)}
 
 
-def printable(text: str) -> str:
-    """``text`` safe to print on a terminal: control characters escaped, nothing dropped."""
-    return text.translate(_CONTROL)
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` safe to print on a terminal, in a log or a drain reason: nothing dropped, every
+    control escaped. One field (the default) stays on one line; ``lines=True`` keeps tabs and
+    newlines, for a message of several lines."""
+    return text.translate(_LINES if lines else _FIELD)
+
+
+def did_you_mean(word: str, choices: Mapping[str, str] | Iterable[str]) -> str:
+    """`` (did you mean NAME?)`` for the choice a mistyped ``word`` is one slip away from; ""
+    when there is none. ``choices``: the names, or each spelling (an alias) -> its name."""
+    shown = dict(choices) if isinstance(choices, Mapping) else {c: c for c in choices}
+    typed = _spelling(word)
+    for near in (str.__eq__, _one_slip):
+        for spelling, name in shown.items():
+            if near(typed, _spelling(spelling)):
+                return f" (did you mean {name}?)"
+    return ""
+
+
+# Case, separators and the letters read as digits (A10O, V1OO) are no difference in a name.
+_SAME = str.maketrans({"o": "0", "l": "1", "-": None, "_": None, " ": None})
+
+
+def _spelling(text: str) -> str:
+    return text.casefold().translate(_SAME)
+
+
+def _one_slip(typed: str, name: str) -> bool:
+    """Two neighbours swapped (hcp: hpc), or one letter more or less (gpus: gpu). Never one
+    character for another, nor a digit more or less: A800, P100 and A10 are other GPUs, gpu9
+    another node."""
+    if len(typed) == len(name):
+        diff = [i for i, (a, b) in enumerate(zip(typed, name, strict=True)) if a != b]
+        if len(diff) != 2 or diff[1] != diff[0] + 1:
+            return False
+        return typed[diff[0] : diff[1] + 1] == name[diff[0] : diff[1] + 1][::-1]
+    short, long = sorted((typed, name), key=len)
+    if len(long) != len(short) + 1:
+        return False
+    return any(
+        long[:i] + long[i + 1 :] == short and not long[i].isdigit() for i in range(len(long))
+    )

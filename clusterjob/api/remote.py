@@ -23,18 +23,26 @@ whose ``cluster_name`` is its Slurm ClusterName), fetched once and cached here f
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from clusterjob import envvars
-from clusterjob.errors import SlurmError, UsageError
+from clusterjob.errors import (
+    ClusterjobError,
+    SlurmError,
+    SlurmUnavailable,
+    UsageError,
+    did_you_mean,
+)
+from clusterjob.jobs.private_files import check_own, read_own_file
 from clusterjob.slurm import ssh
-from clusterjob.slurm.runner import SshTransport
+from clusterjob.slurm.runner import FILE_TIMEOUT, LocalTransport, SshTransport
 from clusterjob.slurm.ssh import SshTarget
 
 HOST_ENV = envvars.HOST
@@ -71,10 +79,23 @@ def host_profile(spec: str, environ: Mapping[str, str] | None = None) -> HostPro
     spec = spec.strip()
     if not spec:
         raise UsageError("--host must not be empty")
-    profiles = load_profiles(hosts_file(environ))
+    path = hosts_file(environ)
+    profiles = load_profiles(path)
     if spec in profiles:
         return profiles[spec]
-    return HostProfile(ssh.parse_target(spec))
+    target = ssh.parse_target(spec)
+    return HostProfile(replace(target, note=_not_a_profile(spec, profiles, path)))
+
+
+def _not_a_profile(spec: str, profiles: Mapping[str, HostProfile], path: Path) -> str:
+    """What a failure to reach ``spec`` adds, for a profile name mistyped and so taken for a
+    host name: that it is no profile of hosts.yaml, and the closest one."""
+    if not profiles:
+        return ""
+    return (
+        f"{spec} is not a profile of {path}{did_you_mean(spec, list(profiles))}; its profiles: "
+        f"{', '.join(sorted(profiles))}"
+    )
 
 
 def load_profiles(path: Path) -> dict[str, HostProfile]:
@@ -162,7 +183,11 @@ def remote_sh(transport: SshTransport, script: str, *args: str, timeout: float =
     cmd = ["sh", "-c", script, "sh", *args]
     result = transport.exec(cmd, timeout, None)
     if result.returncode != 0:
-        raise SlurmError(["sh"], result.returncode, result.stderr or result.stdout)
+        unreachable = ssh.SSH_LOST in result.stderr  # as Slurm out of reach: exit 4
+        error = SlurmUnavailable if unreachable else SlurmError
+        raise error(
+            ["ssh" if unreachable else "sh"], result.returncode, result.stderr or result.stdout
+        )
     return result.stdout
 
 
@@ -179,12 +204,56 @@ def prepare_remote_dir(transport: SshTransport, path: str) -> str:
     """Create ``path`` on the login node (``~/`` is the remote home); its absolute form."""
     try:
         out = remote_sh(transport, _PREPARE, path)
+    except SlurmUnavailable:
+        raise  # the login node out of reach, not the directory
     except SlurmError as exc:
         raise UsageError(f"{transport.label}: cannot create {path}: {exc.stderr}") from None
     lines = out.strip().splitlines()
     if not lines or not lines[-1].startswith("/"):
         raise UsageError(f"{transport.label}: cannot find where {path} is")
     return lines[-1]
+
+
+# read_own_file on the login node: the user's uid, each path's owner and raw mode (stat's %u
+# %f; symlinks not followed but for the first), then the last one's bytes in base64 if it is a
+# regular file; "missing" as soon as one does not exist (yet). check_own decides here, before
+# anything is decoded or unpickled.
+_READ_OWN = (
+    'id -u || exit 4; f=-L; for p do if [ ! -e "$p" ] && [ ! -L "$p" ]; then echo missing; '
+    'exit 0; fi; LC_ALL=C stat $f -c "%u %f" -- "$p" || exit 4; f=; done; echo --; '
+    'if [ -f "$p" ] && [ ! -L "$p" ]; then base64 -- "$p"; fi'
+)
+
+
+def read_own_bytes(transport: LocalTransport, path: str, levels: int) -> bytes | None:
+    """``path``'s bytes, here or on the login node, only if no one but the user could have
+    written it or the ``levels`` directories above it (``private_files.check_own``); None
+    when it does not exist (yet). Raises ClusterjobError naming what was refused."""
+    if not isinstance(transport, SshTransport):
+        return read_own_file(Path(path), levels)
+    chain = [str(PurePosixPath(path).parents[i]) for i in reversed(range(levels))] + [path]
+    try:
+        out = remote_sh(transport, _READ_OWN, *chain, timeout=FILE_TIMEOUT)
+    except SlurmUnavailable:
+        raise  # the login node out of reach, not the file
+    except SlurmError as exc:
+        raise ClusterjobError(f"{transport.label}: cannot read {path}: {exc.stderr}") from None
+    head, _, body = out.partition("--\n")
+    me, *lines = head.splitlines() or [""]
+    if lines and lines[-1] == "missing":
+        return None
+    try:  # an answer of another shape (a login shell's noise) is an error, not a guess
+        uid = int(me)
+        stats: list[tuple[str, int, int]] = []
+        for where, line in zip(chain, lines, strict=True):
+            uid_text, mode_text = line.split()
+            stats.append((where, int(uid_text), int(mode_text, 16)))
+        data = base64.b64decode(body)
+    except ValueError:
+        raise ClusterjobError(f"{transport.label}: cannot read {path}: {out[:200]!r}") from None
+    for where, owner, st_mode in stats:
+        check_own(f"{transport.label}:{where}", st_mode, owner, uid, directory=where != path)
+    return data
 
 
 def sync(profile: HostProfile, local: Path, remote_dir: str, *, warn: bool = True) -> None:
@@ -211,6 +280,8 @@ def remote_python(transport: SshTransport) -> str | None:
     """``python3`` (else ``python``) on the login node's PATH, absolute; None if neither."""
     try:
         out = remote_sh(transport, _WHICH_PYTHON).strip()
+    except SlurmUnavailable:
+        raise  # the login node out of reach: not "no python there"
     except SlurmError:
         return None
     return out.splitlines()[-1] if out.startswith("/") else None

@@ -5,10 +5,12 @@ This file is copied into the job's directory and started there by the job's own 
 ``cloudpickle`` (not clusterjob), so any interpreter with the function's own packages runs it.
 
 JOBDIR holds ``input.pkl``: ``(fn, [(args, kwargs), ...])``, one entry per array task (the
-task is ``$SLURM_ARRAY_TASK_ID``, else 0). Task ``i`` leaves ``result-i.pkl``:
+task is ``$SLURM_ARRAY_TASK_ID``, else 0). Task ``i`` leaves ``result-i.pkl``: the line
+``result_header(TOKEN, i)`` (TOKEN is JOBDIR's name: the result is bound to its job and task,
+and the submitter checks that before it unpickles anything), then the pickle of
 ``("ok", value)`` or ``("error", exception or None, traceback text, exception repr)``,
-written whole (a temporary file renamed). It exits 0 when the function returned, 1 when it
-raised, so Slurm's state says which.
+written whole and owner-only (a temporary 0600 file renamed). It exits 0 when the function
+returned, 1 when it raised, so Slurm's state says which.
 
 Checkpointing (as submitit's ``checkpoint()``): when the callable has a ``checkpoint`` method,
 the job is submitted with ``--signal=B:USR1@N --requeue``. On SIGUSR1 the worker calls
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import traceback
 from typing import Any
 
-PROTOCOL = 1  # what input.pkl and result-i.pkl hold; the submitter checks it
+PROTOCOL = 2  # what input.pkl and result-i.pkl hold (2: results bound to their job)
 
 
 def _task() -> int:
@@ -34,9 +37,16 @@ def _task() -> int:
     return int(text) if text.isdigit() else 0
 
 
-def _dump(path: str, obj: object, pickler: Any) -> None:
+def result_header(token: str, task: int) -> bytes:
+    """The first line of a result file: which job (its directory's token) and task it is."""
+    return f"clusterjob-result {PROTOCOL} {token} {task}\n".encode()
+
+
+def _dump(path: str, obj: object, pickler: Any, header: bytes = b"") -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(tmp, flags, 0o600), "wb") as f:
+        f.write(header)
         pickler.dump(obj, f)
     os.replace(tmp, path)
 
@@ -51,6 +61,27 @@ def _error_record(exc: BaseException, pickler: Any) -> tuple[object, ...]:
     return ("error", kept, text, repr(exc))
 
 
+def not_own(jobdir: str, name: str) -> str | None:
+    """Why ``JOBDIR/name`` must not be unpickled here, or None: the rule of clusterjob's
+    ``private_files.check_own`` (this file runs without clusterjob): the file, JOBDIR and the
+    two directories above it are this user's, writable by no one else, no symlink below."""
+    top = os.path.dirname(os.path.dirname(os.path.normpath(jobdir)))
+    steps = [top, os.path.dirname(os.path.normpath(jobdir)), jobdir, os.path.join(jobdir, name)]
+    for i, path in enumerate(steps):
+        try:
+            st = os.stat(path) if i == 0 else os.lstat(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror}"
+        is_file = i == len(steps) - 1
+        if not (stat.S_ISREG if is_file else stat.S_ISDIR)(st.st_mode):
+            return f"{path}: not a {'regular file' if is_file else 'directory'}"
+        if st.st_uid != os.geteuid():
+            return f"{path}: owned by uid {st.st_uid}, not by this job's user ({os.geteuid()})"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{path}: group/world-writable (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: clusterjob_worker.py JOBDIR", file=sys.stderr)
@@ -58,6 +89,7 @@ def main(argv: list[str]) -> int:
     jobdir = argv[1]
     task = _task()
     result_path = os.path.join(jobdir, f"result-{task}.pkl")
+    header = result_header(os.path.basename(os.path.normpath(jobdir)), task)
     try:
         import cloudpickle
     except ImportError:
@@ -71,8 +103,13 @@ def main(argv: list[str]) -> int:
         return 2
     sys.path.insert(0, os.getcwd())  # the project's own modules, as `python script.py` would
     checkpoint_path = os.path.join(jobdir, f"checkpoint-{task}.pkl")
+    resumes = os.path.exists(checkpoint_path)
+    problem = not_own(jobdir, os.path.basename(checkpoint_path) if resumes else "input.pkl")
+    if problem:  # another user could have put it there: never unpickled, no file written
+        print(f"clusterjob worker: refusing to unpickle {problem}", file=sys.stderr)
+        return 2
     try:
-        if os.path.exists(checkpoint_path):
+        if resumes:
             with open(checkpoint_path, "rb") as saved:
                 fn, args, kwargs = cloudpickle.load(saved)
             print(f"clusterjob worker: task {task} resumes from its checkpoint", flush=True)
@@ -83,7 +120,7 @@ def main(argv: list[str]) -> int:
                 raise RuntimeError(f"input.pkl protocol {version}, this worker reads {PROTOCOL}")
             args, kwargs = calls[task]
     except BaseException as exc:  # the input cannot be read here: a missing module, ...
-        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle)
+        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle, header)
         traceback.print_exc()
         return 1
     if callable(getattr(fn, "checkpoint", None)):
@@ -104,13 +141,13 @@ def main(argv: list[str]) -> int:
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:
-        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle)
+        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle, header)
         traceback.print_exc()
         return 1
     try:
-        _dump(result_path, ("ok", value), cloudpickle)
+        _dump(result_path, ("ok", value), cloudpickle, header)
     except Exception as exc:  # the value cannot be pickled: say so as the job's error
-        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle)
+        _dump(result_path, _error_record(exc, cloudpickle), cloudpickle, header)
         traceback.print_exc()
         return 1
     return 0

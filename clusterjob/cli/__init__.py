@@ -111,7 +111,7 @@ app.add_typer(sandbox_app, name="sandbox")
 def err(message: str) -> None:
     """Print one line to stderr, prefixed so it is clear who is speaking; control characters
     (from Slurm's stderr, another user's claim text) are escaped, never sent to the tty."""
-    print(f"clusterjob: {printable(message)}", file=sys.stderr)
+    print(f"clusterjob: {printable(message, lines=True)}", file=sys.stderr)
 
 
 _DEBUG_LINES = "clusterjob-debug-lines"  # the handler's name: added once per process
@@ -152,7 +152,7 @@ def run(argv: list[str]) -> int:
         if debug:
             raise
         for issue in exc.issues:  # one line each: file:line: key.path: message
-            print(printable(str(issue)), file=sys.stderr)
+            print(printable(str(issue), lines=True), file=sys.stderr)
         errors = sum(1 for i in exc.issues if not i.warning)
         if len(exc.issues) > 1:
             err(f"error: {errors} problems in site config")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from clusterjob.errors import UsageError
+from clusterjob.errors import UsageError, printable
 from clusterjob.site.model import Site
 from clusterjob.slurm.commands import SlurmClient
 from clusterjob.slurm.parse import (
@@ -249,4 +249,4 @@ def format_availability(avail: Availability) -> list[str]:
             f"a job of {avail.request} would start at {when} on {e.nodes} "
             f"(partition {e.partition}; Slurm's estimate, nothing submitted)"
         )
-    return lines
+    return [printable(line) for line in lines]  # drain reasons are Slurm's (anyone's) text

@@ -5,17 +5,34 @@ New files and directories are created with owner-only modes (0600/0700), so they
 from the first byte; an older registry or directory left readable is narrowed when it is next
 opened. The process umask is never changed: it is process-wide, and a thread (the Python
 API's poller) changing it would change the mode of whatever other threads create meanwhile.
+
+A file clusterjob unpickles (a function job's result) is read only if no one else could have
+written it: it and the directories above it are the user's, none group- or world-writable,
+none a symlink (``read_own_file``; ``check_own`` is the rule, also for a login node's files).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["create_private_file", "ensure_private_dir", "narrow_to_owner", "write_private"]
+from clusterjob.errors import ClusterjobError
+
+__all__ = [
+    "check_own",
+    "create_private_file",
+    "ensure_private_dir",
+    "narrow_to_owner",
+    "read_own_file",
+    "write_private",
+]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def create_private_file(path: Path) -> None:
@@ -65,3 +82,53 @@ def write_private(path: Path, text: str, mode: int = 0o600) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def check_own(where: str, st_mode: int, owner: int, me: int, *, directory: bool) -> None:
+    """Refuse ``where`` (its ``stat`` mode and owner) unless it is a directory (else a regular
+    file) of user ``me``'s that no one else may write."""
+    if directory and not stat.S_ISDIR(st_mode):
+        raise ClusterjobError(f"refusing {where}: not a directory")
+    if not directory and not stat.S_ISREG(st_mode):
+        raise ClusterjobError(f"refusing {where}: not a regular file")
+    if owner != me:
+        raise ClusterjobError(f"refusing {where}: owned by uid {owner}, not by you (uid {me})")
+    if st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ClusterjobError(
+            f"refusing {where}: group/world-writable (mode {stat.S_IMODE(st_mode):04o})"
+        )
+
+
+def read_own_file(path: Path, levels: int) -> bytes | None:
+    """``path``'s bytes if only this user could have written it: the file and the ``levels``
+    directories above it pass ``check_own``, each checked on the descriptor then used (no
+    name is looked up twice, no symlink followed below the first directory, whose own
+    parent is not looked at either). None when one does not exist (yet)."""
+    chain = [path.parents[i] for i in reversed(range(levels))] + [path]
+    fd: int | None = None
+    try:
+        for step in chain:
+            directory = step != path
+            flags = _DIR_FLAGS if directory else _FILE_FLAGS
+            if fd is None:
+                flags &= ~os.O_NOFOLLOW
+            try:
+                new = os.open(step if fd is None else step.name, flags, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    exc = OSError(exc.errno, "a symbolic link, or not a directory")
+                raise ClusterjobError(f"refusing {step}: {exc.strerror or exc}") from None
+            if fd is not None:
+                os.close(fd)
+            fd = new
+            st = os.fstat(fd)
+            check_own(str(step), st.st_mode, st.st_uid, os.geteuid(), directory=directory)
+        assert fd is not None
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read()
+    finally:
+        if fd is not None:
+            os.close(fd)

@@ -10,7 +10,7 @@ import contextlib
 import os
 import time
 
-from clusterjob.errors import ClusterjobError
+from clusterjob.errors import ClusterjobError, printable
 
 __all__ = ["DRAIN_REASON_WAIT_S", "SLURM_PROLOG_REASON", "set_drain_reason_later"]
 
@@ -33,7 +33,7 @@ def set_drain_reason_later(node: str, reason: str, *, scontrol: str | None = Non
     scontrol = scontrol or shutil.which("scontrol", path=os.environ.get("PATH") or _SLURM_PATH)
     if not scontrol:
         return
-    reason = " ".join(reason.split())[:250]
+    reason = printable(reason)[:250]  # one line, nothing that drives `sinfo -R`
     try:
         pid = os.fork()
     except OSError:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterjob import __version__
-from clusterjob.errors import ClusterjobError, NvmlError, NvmlErrorKind
+from clusterjob.errors import ClusterjobError, NvmlError, NvmlErrorKind, printable
 from clusterjob.gpu.inventory import read_inventory
 from clusterjob.gpu.isolation import ChildRead, kill_children
 from clusterjob.node import drain
@@ -117,7 +117,7 @@ class PrologRun:
         return None
 
     def say(self, line: str) -> None:
-        print(f"clusterjob prolog: {line}", file=self.err, flush=True)
+        print(f"clusterjob prolog: {printable(line)}", file=self.err, flush=True)
 
     def cannot_check(self, reason: str, kind: str) -> int:
         """Could not check the GPUs: drain or pass per the site's ``on_error`` (default drain)."""

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
 from clusterjob import __version__
+from clusterjob.errors import printable
 from clusterjob.gpu.inventory import Gpu, GpuInventory, clock_event_names
 from clusterjob.node.checks import PreflightReport, Severity
 from clusterjob.node.checks.health import HOT_MARGIN_C
@@ -26,7 +27,9 @@ __all__ = [
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns separated by two spaces; trailing spaces stripped."""
+    """Left-aligned columns separated by two spaces; trailing spaces stripped. Cells come from
+    NVML and the node (a process's name is its owner's choice): escaped, one line each."""
+    rows = [[printable(c) for c in row] for row in rows]
     widths = [len(h) for h in header]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -62,12 +65,12 @@ def render_table(report: PreflightReport, summary: bool = True) -> str:
         )
         for r in report.rows
     ]
-    lines = format_table(header, rows) if rows else [f"{report.node}: no GPUs"]
+    lines = format_table(header, rows) if rows else [printable(f"{report.node}: no GPUs")]
     for f in report.findings:
         if f.severity is not Severity.INFO:
-            lines.append(f"{f.severity.value}: {f.check_id}: {f.message}")
+            lines.append(printable(f"{f.severity.value}: {f.check_id}: {f.message}"))
     if summary:
-        lines.append(summary_line(report))
+        lines.append(printable(summary_line(report)))
     return "\n".join(lines)
 
 
@@ -198,7 +201,7 @@ def render_inventory(inv: GpuInventory, holders: Mapping[str, str] | None = None
     cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else "-"
     slices = sum(len(g.mig_devices or ()) for g in gpus)
     counted = f"{len(gpus)} GPU(s)" + (f", {slices} MIG slice(s)" if slices else "")
-    lines.append(f"driver {inv.driver_version or '-'}, CUDA {cuda_text}, {counted}")
+    lines.append(printable(f"driver {inv.driver_version or '-'}, CUDA {cuda_text}, {counted}"))
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from clusterjob.errors import NvmlError
+from clusterjob.errors import NvmlError, printable
 from clusterjob.gpu.inventory import GpuInventory, read_inventory
 from clusterjob.node.allocation import (
     Allocation,
@@ -60,7 +60,7 @@ def run_task_prolog(environ: Mapping[str, str], out: TextIO, site: str | None = 
     except Exception as exc:
         lines.append(f"print clusterjob: warning: task prolog: {type(exc).__name__}: {exc}")
     for line in lines:
-        out.write(_printable(line) + "\n")
+        out.write(printable(line) + "\n")  # slurmd reads one directive a line
     out.flush()
     return 0
 
@@ -99,8 +99,3 @@ def _slice_uuids(
             return None
         out.append(gpu.uuid)
     return ",".join(out)
-
-
-def _printable(line: str) -> str:
-    """TaskProlog output is line-based: keep each directive on one line."""
-    return " ".join(line.split("\n"))

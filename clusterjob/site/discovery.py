@@ -3,19 +3,26 @@
 1. ``--site PATH|NAME``  2. ``$CLUSTERJOB_SITE`` (PATH|NAME)  3. ``~/.config/clusterjob/site.yaml``
 4. ``/etc/clusterjob/site.yaml``  5. the known site file whose ``cluster_name`` is this
 cluster's Slurm ClusterName. A NAME is looked up as ``NAME.yaml`` in the user's sites
-directory, ``/etc/clusterjob/sites/``, then the example sites shipped with clusterjob.
-A spec that names nothing is an error, not a reason to fall through to the next source:
-a typo must not silently select another cluster's config.
+directory, ``/etc/clusterjob/sites/``, then the example sites shipped with clusterjob, and
+nowhere else (never the current directory). A spec that names nothing is an error, not a
+reason to fall through to the next source: a typo must not silently select another cluster's
+config.
+
+A site file's ``job.setup`` lines go into every job script, so a PATH is read only where no
+one but the user and root could have written it: the file and its directory owned by the
+user or root and not group- or world-writable.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from clusterjob import envvars
-from clusterjob.errors import ClusterjobError, SiteNotFound
+from clusterjob.errors import ClusterjobError, SiteNotFound, UntrustedConfig
 from clusterjob.resources import site_configs_dir
 
 ETC_DIR = Path("/etc/clusterjob")
@@ -50,20 +57,42 @@ def _resolve_spec(spec: str, origin: str, environ: Mapping[str, str], etc_dir: P
     """A PATH or a NAME given by ``origin`` (``--site`` or ``$CLUSTERJOB_SITE``)."""
     if _is_path(spec):
         path = Path(spec).expanduser()
-        if path.is_file():
-            return path
         shown = spec if spec.isprintable() else repr(spec)  # the message stays one line
+        if path.is_file():
+            check_own_file(path, f"{origin} {shown}")
+            return path
         raise SiteNotFound(f"{origin} {shown}: no such site config file")
     tried = [d / f"{spec}.yaml" for d in site_dirs(environ, etc_dir)]
     for candidate in tried:
         if candidate.is_file():
             return candidate
-    if Path(spec).is_file():  # a file in the current directory, named without .yaml
-        return Path(spec)
     raise SiteNotFound(
         f"{origin} {spec}: no site named {spec!r} (tried {', '.join(map(str, tried))}; "
         f"known sites: {', '.join(known_site_names(environ, etc_dir)) or 'none'})"
     )
+
+
+def check_own_file(path: Path, shown: str) -> None:
+    """Refuse ``path`` unless only this user or root could have written it: the file (its
+    symlinks followed) and the directories that hold it, owned by one of them and not
+    group- or world-writable (a shared or sticky directory such as /tmp is refused)."""
+    mine = (os.geteuid(), 0)
+    real = path.resolve()
+    given = path.absolute().parent
+    for what, where in (("directory", given), ("directory", real.parent), ("file", real)):
+        try:
+            st = where.stat()
+        except OSError as exc:
+            raise UntrustedConfig(f"{shown}: cannot read {where}: {exc.strerror or exc}") from None
+        if st.st_uid not in mine:
+            raise UntrustedConfig(
+                f"{shown}: refusing {what} {where}: owned by uid {st.st_uid}, not by you or root"
+            )
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UntrustedConfig(
+                f"{shown}: refusing {what} {where}: group/world-writable "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); others could have written it"
+            )
 
 
 def known_site_files(environ: Mapping[str, str], etc_dir: Path = ETC_DIR) -> list[Path]:

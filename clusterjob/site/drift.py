@@ -17,7 +17,7 @@ from typing import Any
 import hostlist
 
 from clusterjob import __version__
-from clusterjob.errors import UsageError
+from clusterjob.errors import UsageError, printable
 from clusterjob.site.admin import node_gres_strings
 from clusterjob.site.model import Site
 from clusterjob.slurm.commands import SlurmClient
@@ -265,7 +265,7 @@ def format_report(report: DriftReport) -> list[str]:
             f"{report.version} (install the same version at the site's node_command path)"
         )
     lines.append(f"site {report.site}: {_verdict(report)}")
-    return lines
+    return [printable(line) for line in lines]  # drain reasons and node names are Slurm's text
 
 
 def _verdict(report: DriftReport) -> str:
