@@ -101,7 +101,7 @@ def test_a_control_socket_directory_must_be_private_and_short(
         ("ada@login1: Permission denied (publickey).\n", "auth"),
         ("ssh: Could not resolve hostname nowhere: Name or service not known\n", "name"),
         ("Connection to login1 closed by remote host.\n", "lost"),
-        ("ssh: connect to host login1 port 22: Connection refused\n", "lost"),
+        ("ssh: connect to host login1 port 22: Connection timed out\n", "lost"),
         ("client_loop: send disconnect: Broken pipe\n", "lost"),
         ("mux_client_request_session: read from master failed: Broken pipe\n", "lost"),
         ("", "lost"),
@@ -259,3 +259,76 @@ def test_a_large_tree_is_synced_with_a_warning(
     assert len(ran) == 1 and ran[0][-1] == "ada@login1:/home/ada/work/"
     remote.sync(remote.HostProfile(profile.target, exclude=("data",)), work, "/home/ada/work")
     assert capsys.readouterr().err == ""  # under the limit once data/ is excluded
+
+
+def test_a_job_found_again_by_its_id_knows_a_function_jobs_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Cluster().job(ID)`` in another process: the registry's record says a job is a
+    function job, so ``result()`` is the function's value (or raises its exception), as for
+    the ``Job`` that submit_function returned; a command job's is its final status."""
+    from slurm_fake import FakeSlurm
+
+    from clusterjob.jobs.status import JobStatus
+
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CLUSTERJOB_STATUS_CACHE_SECONDS", "0")
+    monkeypatch.chdir(tmp_path)
+    site = str(REPO / "tests" / "fixtures" / "slurm" / "sandbox_site.yaml")
+    slurm = FakeSlurm("sandbox")
+    submitter = Cluster(site, host="", exec=slurm, poll_interval=3600)
+
+    def triple(x: int) -> dict[str, int]:
+        return {"value": 3 * x}
+
+    def fail(x: int) -> int:
+        raise KeyError(f"no {x}")
+
+    ok = submitter.submit_function(triple, 5)
+    bad = submitter.submit_function(fail, 6)
+    mapped = submitter.map(triple, [1, 2])
+    command = submitter.submit(["true"])
+    # the node's part: each job's worker runs, as the job script starts it
+    for job, task in ((ok, 0), (bad, 0), (mapped[1], 1)):
+        assert job.jobdir is not None
+        env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(task)}
+        worker = [sys.executable, "-u", f"{job.jobdir}/clusterjob_worker.py", job.jobdir]
+        subprocess.run(worker, env=env, capture_output=True, check=False)
+    for job_id in (ok.id, bad.id, command.id):
+        slurm.jobs[job_id].update(state="COMPLETED", reason="None")
+    slurm.jobs[bad.id].update(state="FAILED", exit_code="1:0")
+    base = mapped[1].id.split("_")[0]
+    slurm.jobs.pop(f"{base}_[0-1]")
+    slurm.jobs[mapped[1].id] = {**slurm._fields(mapped[1].id, "COMPLETED", "None"),
+                                "comment": f"clusterjob:{submitter.registry().get(base).token}"}  # type: ignore[union-attr]  # fmt: skip
+
+    later = Cluster(site, host="", exec=slurm, poll_interval=0.05)  # another process, later
+    assert later.job(ok.id).result(timeout=30) == {"value": 15}
+    with pytest.raises(KeyError, match="no 6"):
+        later.job(bad.id).result(timeout=30)
+    assert later.job(mapped[1].id).result(timeout=30) == {"value": 6}
+    with pytest.raises(UsageError, match=rf"^job {base} is a map\(\).*job\('{base}_0'\)"):
+        later.job(base)
+    final = later.job(command.id).result(timeout=30)
+    assert isinstance(final, JobStatus) and (final.job_id, final.state) == (command.id, "COMPLETED")
+
+
+def test_a_job_that_will_never_start_fails_its_future(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurm_fake import FakeSlurm
+
+    from clusterjob.errors import JobFailed
+
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CLUSTERJOB_STATUS_CACHE_SECONDS", "0")
+    monkeypatch.chdir(tmp_path)
+    slurm = FakeSlurm("sandbox")
+    site = str(REPO / "tests" / "fixtures" / "slurm" / "sandbox_site.yaml")
+    cluster = Cluster(site, host="", exec=slurm, poll_interval=0.05)
+    first = slurm.add_job(state="FAILED", reason="NonZeroExitCode")
+    job = cluster.submit(["true"], dependency=f"afterok:{first}")
+    slurm.jobs[job.id].update(reason="DependencyNeverSatisfied")
+    with pytest.raises(JobFailed, match=rf"^job {job.id} will never start \(Dependency"):
+        job.result(timeout=30)
+    assert cluster.wait([job.id], interval=0.05, timeout=30).exit_code == 125

@@ -557,4 +557,36 @@ def test_status_shows_the_gpus_of_a_job_that_asked_per_job(data) -> None:
     )
     track(registry, slurm, job_id)
     (row,) = job_status.status(client=slurm.client(), registry=registry)
-    assert row.gpus == "gres:gpu:a100:4 per job"
+    assert row.gpus == "gres/gpu:a100=4,gres/gpu=4"
+
+
+def test_a_jobs_name_and_gpus_read_one_way_whatever_the_source_and_state(data) -> None:
+    """Seen in `status --watch`: NAME `allocation` for a moment after a cancel (sacct's name
+    until slurmdbd has the job's start), and GPUS `gres:gpu:v100:1` while running (squeue's
+    request per node) but `gres/gpu:v100=1,gres/gpu=1` after (sacct's AllocTRES). A job of two
+    nodes with one V100 each, followed from pending to its record."""
+    from dataclasses import replace
+
+    slurm = FakeSlurm()
+    registry = Registry()
+    job_id = slurm.add_job(state="PENDING", reason="Priority", name="train-2n",
+                           tres_per_node="gres:gpu:v100:1")  # fmt: skip
+    registry.add(replace(tracked(slurm, job_id), request=json.dumps({"nodes": 2})))
+    seen: list[tuple[str, str, str, str | None]] = []
+
+    def look() -> None:
+        (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+        seen.append((row.source, row.state, row.name, row.gpus))
+
+    look()  # pending: squeue, no nodes yet (the two asked for)
+    slurm.jobs[job_id].update(state="RUNNING", reason="None", nodes="gpu[1-2]")
+    look()  # running: squeue, per node times its nodes
+    alloc = "billing=2,cpu=2,gres/gpu:v100=2,gres/gpu=2,node=2"
+    slurm.jobs[job_id].update(state="CANCELLED", exit_code="0:15", name="allocation",
+                              alloc_tres=alloc)  # fmt: skip
+    slurm.forgotten.add(job_id)
+    look()  # ended: sacct, before slurmdbd has the job's name
+    look()  # recorded: the registry
+    assert [s[:2] for s in seen] == [("squeue", "PENDING"), ("squeue", "RUNNING"),
+                                     ("sacct", "CANCELLED"), ("registry", "CANCELLED")]  # fmt: skip
+    assert {s[2:] for s in seen} == {("train-2n", "gres/gpu:v100=2,gres/gpu=2")}, seen

@@ -16,7 +16,7 @@ from clusterjob.cli import run
 from clusterjob.errors import UsageError
 from clusterjob.jobs import status as job_status
 from clusterjob.jobs.logs import output_path
-from clusterjob.jobs.registry import JobRecord, Registry
+from clusterjob.jobs.registry import SCHEMA_VERSION, JobRecord, Registry
 from clusterjob.jobs.status import StatusCache, StatusFilter, status
 from clusterjob.jobs.wait import wait
 from clusterjob.slurm import parse
@@ -382,6 +382,61 @@ def test_wait_times_out_with_124(data: Path) -> None:
     assert clock[0] == 30
 
 
+def test_wait_ends_for_a_job_whose_dependency_can_never_be_satisfied(
+    data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm keeps such a job PENDING forever (unless the site sets kill_invalid_depend):
+    `wait` says so and exits 125, after the other jobs named have ended."""
+    slurm = FakeSlurm()
+    monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
+    registry = Registry()
+    stuck = slurm.add_job(state="PENDING", reason="DependencyNeverSatisfied")
+    running = slurm.add_job(state="RUNNING", reason="None")
+    for n, job in enumerate((stuck, running)):
+        registry.add(JobRecord(job, "fake", "s", f"t{n}", "x", "#!", "", "", "/w", None,
+                               time.time()))  # fmt: skip
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        assert len(polls) < 5, "wait did not end"
+        slurm.jobs[running].update(state="COMPLETED", exit_code="0:0")
+
+    result = wait([stuck, running], interval=5, client=slurm.client(), registry=registry,
+                  sleep=sleep, cache=StatusCache(ttl=0))  # fmt: skip
+    assert (result.exit_code, result.timed_out, result.ended, polls) == (125, False, False, [5])
+    assert str(result).splitlines() == [
+        f"{stuck} PENDING (DependencyNeverSatisfied): a job it depends on failed or was "
+        "cancelled, so it will never start: cancel it",
+        f"{running} COMPLETED (exit 0)",
+    ]
+    assert run(["wait", stuck, "--interval", "1"]) == 125
+    out = capsys.readouterr()
+    assert out.out == "" and "will never start" in out.err and out.err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("state", "code", "line", "exit_code"),
+    [
+        ("CANCELLED", "0:0", "CANCELLED", 1),  # cancelled while pending: no program ran
+        ("CANCELLED", "0:15", "CANCELLED", 1),  # cancelled while running: killed by signal
+        ("TIMEOUT", "0:0", "TIMEOUT", 1),
+        ("FAILED", "2:0", "FAILED (exit 2)", 2),
+        ("COMPLETED", "0:0", "COMPLETED (exit 0)", 0),
+    ],
+)
+def test_wait_shows_an_exit_code_only_where_the_program_gave_one(
+    data: Path, state: str, code: str, line: str, exit_code: int
+) -> None:
+    slurm = FakeSlurm()
+    registry = Registry()
+    job = slurm.add_job(state=state, reason="None", exit_code=code)
+    registry.add(JobRecord(job, "fake", "s", "t1", "x", "#!", "", "", "/w", None, time.time()))
+    result = wait([job], interval=1, client=slurm.client(), registry=registry,
+                  sleep=lambda s: None, cache=StatusCache(ttl=0))  # fmt: skip
+    assert (str(result), result.exit_code) == (f"{job} {line}", exit_code)
+
+
 def test_cli_wait_exits_with_the_code_and_bad_input_is_exit_2(data, capsys, monkeypatch) -> None:
     slurm = FakeSlurm()
     monkeypatch.setattr(Cluster, "client", lambda self, budget=None: slurm.client())
@@ -667,7 +722,7 @@ def test_a_version_1_registry_gains_the_new_columns_in_place(tmp_path: Path) -> 
     assert registry.get("8").request == "{}"
     check = sqlite3.connect(path)  # sqlite3's `with` commits, it does not close
     try:
-        assert check.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         check.close()
 
@@ -761,6 +816,40 @@ def test_a_requeued_job_says_so_with_its_restart_count(data: Path) -> None:
     assert by_id[job].explanation == "requeued (restart 2), eligible at 15:05"
     assert by_id[plain].restarts is None and "--begin" in by_id[plain].explanation
     assert len(slurm.commands("scontrol")) == 1  # only for the job that may have been requeued
+
+
+@pytest.mark.parametrize("first", ["squeue", "sacct"])
+def test_a_requeued_jobs_restarts_stay_its_true_count_once_it_ends(data: Path, first: str) -> None:
+    """Seen: `status --json` said "restarts": 1 while the requeued job waited and null once it
+    ended (null for a job requeued six times). Only scontrol has the count: it is asked while
+    the job waits after a requeue and once more when it ends, and the registry keeps it for
+    the rows of every source after that (squeue, sacct, the registry)."""
+    slurm = FakeSlurm()
+    registry = Registry()
+    job = slurm.add_job(state="PENDING", reason="BeginTime", restarts="1")
+    registry.add(JobRecord(job, "fake", "s", "t1", "x", "#SBATCH --requeue\n", "", "", "/w",
+                           None, time.time()))  # fmt: skip
+    seen: list[tuple[str, str, int | None]] = []
+
+    def look(**fields: str) -> None:
+        slurm.jobs[job].update(fields)
+        (row,) = status(client=slurm.client(), registry=registry, cache=StatusCache(ttl=0))
+        seen.append((row.source, row.state, row.restarts))
+
+    look()
+    look(state="RUNNING", reason="None")
+    look(state="PENDING", reason="BeginTime", restarts="2")
+    look(state="RUNNING", reason="None", restarts="5")  # requeued meanwhile, unseen
+    if first == "squeue":
+        slurm.unrecorded_end.add(job)  # squeue sees the end before slurmdbd has it
+    look(state="COMPLETED", exit_code="0:0", restarts="6")
+    slurm.forgotten.add(job)
+    look()  # the registry
+    assert seen == [
+        ("squeue", "PENDING", 1), ("squeue", "RUNNING", 1), ("squeue", "PENDING", 2),
+        ("squeue", "RUNNING", 2), (first, "COMPLETED", 6), ("registry", "COMPLETED", 6),
+    ]  # fmt: skip
+    assert registry.get(job).restarts == 6
 
 
 def test_an_array_recorded_as_ended_without_its_tasks_stays_as_recorded(data: Path) -> None:

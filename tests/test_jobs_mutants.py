@@ -679,13 +679,31 @@ def test_submit_test_only_writes_a_test_script_and_words_a_refusal(data: Path, m
 def test_a_job_submitted_but_not_recorded_says_so(data: Path, mllab, monkeypatch) -> None:
     resolved, rendered = rendered_job(mllab)
 
+    def broken(self: Registry, *args: object) -> None:
+        raise RegistryError("disk full")
+
+    monkeypatch.setattr(Registry, "complete", broken)
+    with pytest.raises(RegistryError) as info:
+        submit(mllab, resolved, rendered, client=FakeSlurm().client(), workdir="/w")
+    assert str(info.value) == (
+        "job 100 WAS submitted, but could not be recorded: disk full; cancel it with "
+        "`clusterjob cancel 100`"
+    )
+
+
+def test_a_registry_that_cannot_record_stops_the_submission(data: Path, mllab, monkeypatch) -> None:
+    """The submission is recorded before sbatch runs: a registry that cannot take it stops
+    it with no job created."""
+    resolved, rendered = rendered_job(mllab)
+
     def broken(self: Registry, *records: JobRecord) -> None:
         raise RegistryError("disk full")
 
     monkeypatch.setattr(Registry, "add", broken)
-    with pytest.raises(RegistryError) as info:
-        submit(mllab, resolved, rendered, client=FakeSlurm().client(), workdir="/w")
-    assert str(info.value) == "job 100 WAS submitted, but could not be recorded: disk full"
+    slurm = FakeSlurm()
+    with pytest.raises(RegistryError, match="^disk full$"):
+        submit(mllab, resolved, rendered, client=slurm.client(), workdir="/w")
+    assert slurm.commands("sbatch") == []
 
 
 def test_check_output_dirs_word_for_word(tmp_path: Path) -> None:
@@ -933,14 +951,14 @@ def test_status_rows_and_records_from_squeue_and_sacct_in_full(data: Path) -> No
     assert rows == [
         JobStatus(job_id=running, state="RUNNING", reason=None, explanation="",
                   nodes="gpu[1-2]", elapsed="1:02", exit_code=None, source="squeue",
-                  gpus="gres:gpu:a100:2", **common),
+                  gpus="gres/gpu:a100=4,gres/gpu=4", **common),  # 2 per node, 2 nodes
         JobStatus(job_id=waiting, state="PENDING", reason="Priority",
                   explanation=explain("PENDING", "Priority", waiting), nodes=None,
-                  elapsed="0:00", exit_code=None, source="squeue", gpus="gres:gpu:a100:1",
-                  **common),
+                  elapsed="0:00", exit_code=None, source="squeue",
+                  gpus="gres/gpu:a100=1,gres/gpu=1", **common),
         JobStatus(job_id=quiet, state="RUNNING", reason=None, explanation="", nodes="gpu1",
-                  elapsed="0:00", exit_code=None, source="squeue", gpus="gres:gpu:a100:1",
-                  **common),
+                  elapsed="0:00", exit_code=None, source="squeue",
+                  gpus="gres/gpu:a100=1,gres/gpu=1", **common),
         JobStatus(job_id=ended, state="FAILED", reason="NonZeroExitCode", explanation="",
                   nodes="gpu[1-2]", elapsed="0:05", exit_code=3, source="sacct",
                   gpus="gres/gpu:a100=2", **common),
@@ -955,10 +973,10 @@ def test_status_rows_and_records_from_squeue_and_sacct_in_full(data: Path) -> No
     }
     assert {j: (r.stdout_path, r.stderr_path, r.gpus, r.elapsed) for j, r in kept.items()} == {
         running: (f"/home/ana/run/out/train-gpu1-{user}.log", f"/abs/{running}.err",
-                  "gres:gpu:a100:2", "1:02"),
-        waiting: (f"/sq/dir/b-{waiting}.out", f"/sq/dir/b-{waiting}.out", "gres:gpu:a100:1",
-                  "0:00"),
-        quiet: (None, None, "gres:gpu:a100:1", "0:00"),
+                  "gres/gpu:a100=4,gres/gpu=4", "1:02"),
+        waiting: (f"/sq/dir/b-{waiting}.out", f"/sq/dir/b-{waiting}.out",
+                  "gres/gpu:a100=1,gres/gpu=1", "0:00"),
+        quiet: (None, None, "gres/gpu:a100=1,gres/gpu=1", "0:00"),
         ended: (None, None, "gres/gpu:a100=2", "0:05"),
     }  # fmt: skip
     assert {r.state_checked_at for r in kept.values()} == {now}
@@ -1090,7 +1108,7 @@ def test_jobs_clusterjob_did_not_submit(data: Path) -> None:
     assert rows[0] == JobStatus(
         job_id=array, cluster="", name="sweep", state="RUNNING", reason=None,
         explanation="1 task: 1 RUNNING", nodes="gpu1", elapsed=None, exit_code=None,
-        submitted=None, site="", source="squeue", gpus="gres:gpu:a100:1",
+        submitted=None, site="", source="squeue", gpus="gres/gpu:a100=1,gres/gpu=1",
         tasks_summary="1 task: 1 RUNNING", tasks=rows[0].tasks,
     )  # fmt: skip
     assert [t.job_id for t in rows[0].tasks] == [f"{array}_2"]
@@ -1192,7 +1210,7 @@ def test_an_array_row_and_its_task_rows_in_full(data: Path) -> None:
             "job_id": f"{job}_{n}", "cluster": "", "name": "sweep", "state": state,
             "reason": None, "explanation": explain(state, None, f"{job}_{n}"), "nodes": None,
             "elapsed": "2:00", "exit_code": None, "submitted": since, "site": "mllab",
-            "source": "squeue", "gpus": "gres:gpu:a100:1",
+            "source": "squeue", "gpus": "gres/gpu:a100=1,gres/gpu=1",
         }  # fmt: skip
         return JobStatus(**{**values, **fields})  # type: ignore[arg-type]
 

@@ -17,7 +17,14 @@ import pytest
 from clusterjob.cli import run
 from clusterjob.errors import RegistryError, UsageError, exit_code
 from clusterjob.jobs import registry
-from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir, repair
+from clusterjob.jobs.registry import (
+    SCHEMA_VERSION,
+    JobRecord,
+    Registry,
+    StateUpdate,
+    data_dir,
+    repair,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -287,11 +294,14 @@ def test_an_older_registry_gains_the_new_columns(tmp_path: Path) -> None:
     reg = Registry(path)
     old = reg.get("7")
     assert old is not None and (old.request, old.tasks, old.state) == (None, None, "SUBMITTED")
-    assert old.host == ""  # a job of the older file was submitted on this machine
+    assert old.host == "" and old.restarts is None  # the older file's job: this machine's
     reg.add(full_record("8", "u", 2.0))
     assert reg.get("8") == full_record("8", "u", 2.0)
+    for restarts in (3, None, 2):  # the most seen stays, as a number
+        reg.update_states([StateUpdate("t", "c", "RUNNING", restarts=restarts)], checked_at=3.0)
+    assert reg.get("7").restarts == 3  # type: ignore[union-attr]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
 
@@ -300,13 +310,14 @@ def test_a_registry_from_a_newer_clusterjob_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "jobs.sqlite"
     Registry(path).check()
     conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 4")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.commit()
     conn.close()
     with pytest.raises(RegistryError) as info:
         Registry(path).check()
     assert str(info.value) == (
-        f"job registry {path} was written by a newer clusterjob (schema 4 > 3); upgrade clusterjob"
+        f"job registry {path} was written by a newer clusterjob "
+        f"(schema {SCHEMA_VERSION + 1} > {SCHEMA_VERSION}); upgrade clusterjob"
     )
 
 

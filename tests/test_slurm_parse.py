@@ -329,11 +329,11 @@ def test_squeue_gpus_of_jobs_that_asked_per_job_or_per_task() -> None:
     leave tres-per-node empty; their GPUs are in tres-per-job and tres-per-task."""
     per_job, per_task = parse.parse_squeue(fixture("squeue_gpus_per_job_task_sandbox.txt"))
     assert (per_job.tres_per_node, per_job.tres_per_job) == (None, "gres:gpu:v100:2")
-    assert per_job.gpus_requested == "gres:gpu:v100:2 per job"
+    assert parse.requested_gpu_counts(per_job.tres_per_job) == {"v100": 2}
     assert (per_task.tres_per_node, per_task.tres_per_task) == (None, "gres:gpu:a100:1")
-    assert per_task.gpus_requested == "gres:gpu:a100:1 per task"
+    assert parse.requested_gpu_counts(None, (per_task.tres_per_task, 2)) == {"a100": 2}
     running = {j.job_id: j for j in parse.parse_squeue(fixture("squeue_jobs_sandbox.txt"))}
-    assert all(j.gpus_requested == parse.gpu_tres(j.tres_per_node) for j in running.values())
+    assert all(not j.tres_per_job and not j.tres_per_task for j in running.values())
 
 
 # -- GPU counts in every TRES spelling -------------------------------------------------------

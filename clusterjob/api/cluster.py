@@ -41,7 +41,7 @@ from clusterjob.slurm.runner import LocalTransport, Runner, SlurmResult, SshTran
 
 if TYPE_CHECKING:
     from clusterjob.api.remote import HostProfile
-    from clusterjob.jobs.registry import Registry
+    from clusterjob.jobs.registry import JobRecord, Registry
     from clusterjob.jobs.status import JobStatus, StatusCache
     from clusterjob.jobs.submit import Submitted, TestOnlyResult
     from clusterjob.jobs.wait import WaitResult
@@ -66,6 +66,10 @@ JOB_OPTIONS: dict[str, object] = {
     "container_image": None, "container_mounts": None, "apptainer": None, "python": None,
     "venv": None, "conda": None, "sweep": (), "params": None, "gres": (), "project": None,
 }  # fmt: skip
+
+# The keywords of shell(), as `clusterjob shell` options (a subset of JOB_OPTIONS).
+SHELL_OPTIONS = ("gpus", "model", "partition", "time", "account", "qos", "cpus_per_gpu",
+                 "mem_per_gpu", "constraint", "exclude", "nodelist", "job_name")  # fmt: skip
 
 
 class RemoteTraceback(Exception):
@@ -214,8 +218,10 @@ class Cluster:
     # --- submitting ---------------------------------------------------------------------------
 
     def options(self, **options: Any) -> Cluster:
-        """A view of this cluster whose function jobs (``submit_function``, ``map``) get these
-        ``submit`` keywords (``gpus=1, time="1:00:00"``); it shares the poller."""
+        """A view of this cluster whose jobs (``submit``, ``prepare``, ``submit_function``,
+        ``map``) get these ``submit`` keywords (``gpus=1, time="1:00:00"``) unless a call gives
+        its own; checked as the command line's options when a job is prepared. It shares the
+        poller."""
         _check_option_names(options)
         other = object.__new__(Cluster)
         other.__dict__.update(self.__dict__)
@@ -243,8 +249,7 @@ class Cluster:
             sweep_task_args,
         )
 
-        _check_option_names(options)
-        o = {**JOB_OPTIONS, **options}
+        o = self._job_options(options)
         named = ("python", "venv", "conda", "container_image", "apptainer")
         submit_python = None  # a pyenv shim on PATH resolves while the site loads
         if not self.remote and not any(o[k] for k in named):
@@ -341,6 +346,17 @@ class Cluster:
         if resolved.runs_python and resolved.interpreter is None:
             raise UsageError("no python3 or python on PATH to run the job with: give --python PATH")
         return Prepared(resolved, render(site, resolved))
+
+    def _job_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Every job option of one submission: ``options`` over this view's ``options(...)``
+        over the defaults of ``clusterjob submit``. ``Cluster(python=...)`` is the jobs' Python
+        here too (over ssh it is chosen on the cluster, in ``_remote_interpreter``)."""
+        _check_option_names(options)
+        merged: dict[str, Any] = {**JOB_OPTIONS, **self._defaults, **options}
+        chosen = ("python", "venv", "conda", "container_image", "apptainer")
+        if self._python and not self.remote and not any(merged[k] for k in chosen):
+            merged["python"] = self._python
+        return merged
 
     def _remote_interpreter(self, site: Site, resolved: ResolvedJob) -> ResolvedJob:
         """The job's Python on the cluster, unchecked here (its files are there): --python,
@@ -545,6 +561,7 @@ class Cluster:
         chooses = not any(options.get(k) for k in ("python", "venv", "conda"))
         if (
             chooses
+            and not self._python
             and not self.remote
             and not (options.get("container_image") or options.get("apptainer"))
         ):
@@ -568,9 +585,24 @@ class Cluster:
     # --- the jobs clusterjob submitted --------------------------------------------------------
 
     def job(self, job_id: str) -> Job:
-        """A ``Job`` for a job submitted earlier (an id, ``ID_TASK`` or ``last``)."""
-        resolved = self.registry().resolve_id(job_id)
-        return Job(self, resolved)
+        """A ``Job`` for a job submitted earlier (an id, ``ID_TASK`` or ``last``). A function
+        job's (its record says so) ``result()`` is the function's value, as when submitted."""
+        from clusterjob.slurm.syntax import split_array_id
+
+        registry = self.registry()
+        resolved = registry.resolve_id(job_id)
+        base, task = split_array_id(resolved)
+        record = registry.get(base)
+        function = _function_job(record) if record is not None else None
+        if function is None:
+            return Job(self, resolved)
+        jobdir, mapped = function
+        if mapped and task is None:
+            raise UsageError(
+                f"job {base} is a map(): one array job whose tasks each have a result; "
+                f"name a task, e.g. cluster.job('{base}_0')"
+            )
+        return Job(self, resolved, jobdir=jobdir, task=int(task) if task else 0)
 
     def status(
         self, jobs: Sequence[str] = (), *, show_all: bool = False, tasks: bool = False
@@ -578,7 +610,7 @@ class Cluster:
         """``clusterjob status``: one squeue (and one sacct) call for all the jobs."""
         from clusterjob.jobs.status import status
 
-        return status(
+        rows = status(
             list(jobs),
             show_all=show_all,
             tasks=tasks,
@@ -586,6 +618,9 @@ class Cluster:
             registry=self.registry(),
             cache=self.cache(),
         )
+        if not rows and self.remote:  # a --host that cannot be reached says so, not "no jobs"
+            self.client().cluster_name()
+        return rows
 
     def cancel(self, jobs: Sequence[str]) -> list[str]:
         """``clusterjob cancel``: one scancel call; the ids asked to cancel."""
@@ -640,7 +675,7 @@ class Cluster:
         """``clusterjob show``: where a job came from."""
         from clusterjob.jobs.submit import provenance
 
-        return provenance(job, registry=self.registry())
+        return provenance(job, registry=self.registry(), client=self.client())
 
     def output_path(self, job: str, *, stderr: bool = False, task: int | None = None) -> Path:
         """Where the job writes its output (on the cluster's file system)."""
@@ -687,16 +722,24 @@ class Cluster:
         self, command: Sequence[str] = (), *, dry_run: bool = False, **options: Any
     ) -> int | str:
         """``clusterjob shell``: an interactive ``srun --pty`` session (on this terminal);
-        its exit status, or (``dry_run``) the command line."""
+        its exit status, or (``dry_run``) the command line. Its keywords are the options of
+        ``clusterjob shell``; of this view's ``options(...)``, those same ones apply."""
         from clusterjob.jobs.interactive import open_shell, shell_session
         from clusterjob.jobscript.request import JobRequest, resolve
 
+        unknown = sorted(set(options) - set(SHELL_OPTIONS))
+        if unknown:
+            raise UsageError(
+                f"unknown shell option {unknown[0]!r} (the options of clusterjob shell, with _ "
+                f"for -: {', '.join(SHELL_OPTIONS)})"
+            )
+        given = {k: v for k, v in {**self._defaults, **options}.items() if k in SHELL_OPTIONS}
         request = JobRequest(
             script="shell",
             command=True,
-            gpus=options.pop("gpus", None) or 0,
-            job_name=options.pop("job_name", None) or "shell",
-            **options,
+            gpus=given.pop("gpus", None) or 0,
+            job_name=given.pop("job_name", None) or "shell",
+            **given,
         )
         site = self.site
         job = resolve(site, request, choose_interpreter=False)  # the session runs no script
@@ -820,8 +863,9 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         return self.last_status is not None and self.last_status.state == "RUNNING"
 
     def wait(self, timeout: float | None = None) -> JobStatus:
-        """Block until the job ends; its final status (whatever the state). ``JobTimeout``
-        (a ``TimeoutError``) when it is still going after ``timeout`` seconds."""
+        """Block until the job ends; its final status (whatever the state), or its PENDING
+        one when it will never start. ``JobTimeout`` (a ``TimeoutError``) when it is still
+        going after ``timeout`` seconds."""
         self.cluster._poller.wake()
         done, _ = concurrent.futures.wait([self], timeout=timeout)
         if not done:
@@ -872,10 +916,15 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
     # --- settling (the poller) ---
 
     def _settle(self, row: JobStatus, now: float) -> None:
-        """Record what Slurm said; once the job has ended, set the future's outcome."""
-        from clusterjob.jobs.wait import EXIT_CODE_GRACE, ended
+        """Record what Slurm said; once the job has ended (or will never start), set the
+        future's outcome."""
+        from clusterjob.jobs.wait import EXIT_CODE_GRACE, ended, never_starts
 
         self.last_status = row
+        if not self.done() and never_starts(row):
+            message = f"job {self.id} will never start ({row.reason}): {row.explanation}"
+            self._set(exception=JobFailed(message, row.state))
+            return
         if self.done() or not ended(row):
             return
         outcome = self._read_result() if self.is_function else None
@@ -910,14 +959,33 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
                 self.set_result(result)
 
     def _read_result(self) -> dict[str, Any] | None:
+        """The function's outcome from its result file, unpickled only if the file (and the
+        functions directory it is in) could have been written by no one but this user and it
+        is this job's and task's own; None while there is none."""
         import cloudpickle
 
+        from clusterjob.api.remote import read_own_bytes
+        from clusterjob.api.worker import result_header
+
         assert self.jobdir is not None
-        data = self.cluster.transport.read_bytes(f"{self.jobdir}/result-{self.task or 0}.pkl")
+        path = f"{self.jobdir}/result-{self.task or 0}.pkl"
+        try:  # .../functions/TOKEN/result-I.pkl: the file and its 3 directories
+            data = read_own_bytes(self.cluster.transport, path, 3)
+        except ClusterjobError as exc:
+            return {"exception": JobFailed(f"job {self.id}: result not read: {exc}")}
         if data is None:
             return None
+        header = result_header(PurePosixPath(self.jobdir).name, self.task or 0)
+        if not data.startswith(header):
+            found = data.split(b"\n", 1)[0][:120].decode("utf-8", "replace")
+            return {
+                "exception": JobFailed(
+                    f"job {self.id}: refusing {path}: not this job's result (it starts "
+                    f"{found!r}, expected {header.decode().strip()!r}); not unpickled"
+                )
+            }
         try:
-            record = cloudpickle.loads(data)
+            record = cloudpickle.loads(data[len(header) :])
         except Exception as exc:  # e.g. the value's class cannot be imported here
             return {
                 "exception": JobFailed(f"job {self.id}: its result cannot be unpickled here: {exc}")
@@ -1087,6 +1155,30 @@ class ClusterExecutor(concurrent.futures.Executor):
                 job.cancel()
         if wait:
             concurrent.futures.wait(self._jobs)
+
+
+def _function_job(record: JobRecord) -> tuple[str, bool] | None:
+    """(its directory, whether it is a ``map``) when ``record`` is a function job's: the API
+    submitted it and its request runs the worker (``python -u DIR/WORKER DIR``, as
+    ``_function_jobs`` writes it); None for any other job."""
+    import json
+    import shlex
+
+    try:
+        request = json.loads(record.request or "{}")
+        words = shlex.split(record.command_line)
+    except ValueError:
+        return None
+    args = request.get("args") if isinstance(request, dict) else None
+    _, api, method = words[0].rpartition(": clusterjob.Cluster.") if words else ("", "", "")
+    if not api or method not in ("submit_function", "map"):
+        return None
+    if not (isinstance(args, list) and len(args) == 3 and all(isinstance(a, str) for a in args)):
+        return None
+    jobdir = args[2]
+    if args[:2] != ["-u", f"{jobdir}/{WORKER_NAME}"]:
+        return None
+    return jobdir, method == "map"
 
 
 def _api_call(method: str, program: str | Sequence[str], args: Sequence[str]) -> list[str]:

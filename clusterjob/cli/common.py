@@ -9,6 +9,8 @@ site. Workstation mode (no Slurm) uses a site only when one is named.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -41,6 +43,21 @@ def the_cluster(site: str | None = None) -> Cluster:
         remote_dir=remote_dir if isinstance(remote_dir, str) else None,
         sync=sync if isinstance(sync, bool) else None,
     )
+
+
+@contextmanager
+def submission_interrupts() -> Iterator[None]:
+    """Ctrl-C during a submission: say what became of the job (its id and how to cancel it),
+    then exit 130. Typer turns a KeyboardInterrupt into exit 130 without a word."""
+    from clusterjob.errors import ExitCode, SubmitInterrupted
+
+    try:
+        yield
+    except SubmitInterrupted as exc:
+        from clusterjob.cli import err
+
+        err(str(exc))
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
 
 
 def slurm_cluster_name(budget: float | None = None) -> str:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from clusterjob.cli import app
-from clusterjob.cli.common import SiteOption, the_cluster
-from clusterjob.errors import UsageError
+from clusterjob.cli.common import SiteOption, submission_interrupts, the_cluster
+from clusterjob.errors import UsageError, printable
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load sqlite and Slurm
     from clusterjob.jobs.status import JobStatus
@@ -39,11 +39,13 @@ def _table(rows: list[JobStatus]) -> str:
         + ((r.params or "",) if params else ())
         for r in shown
     ]
+    # Names, reasons and comments are Slurm's text, the job owner's or an admin's words.
+    lines = [tuple(printable(str(c)) for c in cells) for cells in lines]
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *lines, strict=False)]
     out = []
     for cells in (headers, *lines):
         out.append("  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    notes = [f"{r.job_id}: {r.explanation}" for r in shown if r.explanation]
+    notes = [printable(f"{r.job_id}: {r.explanation}") for r in shown if r.explanation]
     return "\n".join(out + notes)
 
 
@@ -158,7 +160,7 @@ def logs(
             raise UsageError(f"{path} does not exist (yet): the job may not have started")
         sys.stdout.write(text)
         return
-    print(f"==> {path} <==", file=sys.stderr)
+    print(printable(f"==> {path} <=="), file=sys.stderr)
     for chunk in cluster.follow(job, stderr=err, task=task):
         sys.stdout.write(chunk)
         sys.stdout.flush()
@@ -177,10 +179,12 @@ def wait(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing.")] = False,
 ) -> None:
     """Wait until the jobs end; exit with the job's exit code (an array: non-zero if any task
-    failed; several jobs: the first non-zero)."""
+    failed; several jobs: the first non-zero), 125 when a job will never start (a dependency
+    that failed)."""
     result = the_cluster().wait(job, timeout=timeout, interval=interval)
     if not quiet:
-        print(result, file=sys.stderr if result.timed_out else sys.stdout)
+        shown = printable(str(result), lines=True)
+        print(shown, file=sys.stdout if result.ended else sys.stderr)
     raise typer.Exit(result.exit_code)
 
 
@@ -216,7 +220,8 @@ def resubmit(
     from clusterjob.jobs import submit as job_submit
 
     changes = job_submit.Changes(tuple(args or ()), gpus, model, time_limit, nodes, partition)
-    result = the_cluster(site).resubmit(job, changes=changes, same_script=same_script)
+    with submission_interrupts():
+        result = the_cluster(site).resubmit(job, changes=changes, same_script=same_script)
     if as_json:
         print(json.dumps(result.to_dict()))
     elif parsable:
@@ -253,4 +258,4 @@ def show(
         rows.append(("python", f"{info['python']} ({info['python_why']})"))
     if info["resubmit_of"]:
         rows.append(("resubmit of", info["resubmit_of"]))
-    print("\n".join(f"{k + ':':<16}{v}" for k, v in rows))
+    print("\n".join(f"{k + ':':<16}{printable(str(v))}" for k, v in rows))

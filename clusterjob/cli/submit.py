@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from clusterjob.cli import app
-from clusterjob.cli.common import SiteOption, the_cluster
+from clusterjob.cli.common import SiteOption, submission_interrupts, the_cluster
 from clusterjob.cli.completion import ModelOption, PartitionOption
 from clusterjob.errors import UsageError
 
@@ -246,7 +246,8 @@ def submit(
         return
     from clusterjob.jobs import submit as job_submit
 
-    result = cluster.submit_prepared(prepared, test_only=test_only, mkdir=mkdir)
+    with submission_interrupts():
+        result = cluster.submit_prepared(prepared, test_only=test_only, mkdir=mkdir)
     if isinstance(result, job_submit.Submitted) and (as_json or parsable):
         typer.echo(json.dumps(result.to_dict()) if as_json else result.job_id)
         return

@@ -13,6 +13,7 @@ from pathlib import Path
 import hostlist
 
 from clusterjob.errors import UsageError
+from clusterjob.jobs.followup import follow_up
 from clusterjob.jobs.registry import JobRecord, Registry
 from clusterjob.jobs.status import StatusCache, array_spec, status
 from clusterjob.slurm import parse
@@ -52,10 +53,11 @@ def output_path(
     if record is not None and spec is not None:
         ids = array_task_ids(spec) if spec else []
         first = ids[0] if ids else 0
+        host = client.runner.transport.label
         raise UsageError(
             f"job {base} is an array of {len(ids)} tasks ({spec.split('%')[0]}); name one: "
-            f"clusterjob logs {base}_{first} (or --task {first}); `clusterjob status {base} "
-            "--tasks` lists them"
+            f"{follow_up('logs', f'{base}_{first}', host=host)} (or --task {first}); "
+            f"`{follow_up('status', base, '--tasks', host=host)}` lists them"
         )
     recorded = None
     if record is not None:
@@ -65,9 +67,9 @@ def output_path(
         if paths is not None:
             chosen = paths[1] if stderr else paths[0]
             if chosen and NO_VAL in chosen and record is None:
+                typed = follow_up("logs", f"{job_id}_0", host=client.runner.transport.label)
                 raise UsageError(
-                    f"job {job_id} is an array: name one task, e.g. clusterjob logs "
-                    f"{job_id}_0 (or --task 0)"
+                    f"job {job_id} is an array: name one task, e.g. {typed} (or --task 0)"
                 )
             if chosen and NO_VAL not in chosen:
                 return Path(chosen)

@@ -5,6 +5,10 @@ One SQLite file in the user's data dir (``$CLUSTERJOB_DATA_DIR`` or
 write at once (a sweep launched from a shell loop) without "database is locked". A file
 that is not a readable registry raises ``RegistryCorrupt`` saying how to move it aside;
 ``repair()`` does exactly that.
+
+A submission is recorded before sbatch runs, with its token and no job id (``pending()``),
+and completed with the id once sbatch answers: a job never exists without its record, even
+when clusterjob is interrupted or killed in between (``status`` then finds it by its token).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from clusterjob.jobs.private_files import (
 )
 
 REGISTRY_FILE = "jobs.sqlite"
-SCHEMA_VERSION = 3  # 2: request, tasks; 3: host (each added in place to an older file)
+SCHEMA_VERSION = 4  # 2: request, tasks; 3: host; 4: restarts (each added in place)
 BUSY_TIMEOUT_MS = 60_000
 
 _SCHEMA = """
@@ -57,7 +61,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     elapsed TEXT,
     request TEXT,
     tasks TEXT,
-    host TEXT NOT NULL DEFAULT ''
+    host TEXT NOT NULL DEFAULT '',
+    restarts INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id, cluster);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
@@ -103,6 +108,7 @@ class JobRecord:
     # The login node it was submitted through over ssh (`--host`, as typed or the profile's
     # name); "" for a job submitted on this machine. Job ids are per host.
     host: str = ""
+    restarts: int | None = None  # how often Slurm requeued it, the most seen (None: unknown)
 
     @property
     def submitted(self) -> datetime:
@@ -126,6 +132,7 @@ class StateUpdate(NamedTuple):
     gpus: str | None = None
     elapsed: str | None = None
     tasks: str | None = None
+    restarts: int | None = None
 
 
 class Registry:
@@ -206,7 +213,8 @@ class Registry:
             have = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
             for column in _COLUMNS:
                 if column not in have:
-                    conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+                    kind = "INTEGER" if column == "restarts" else "TEXT"
+                    conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version > SCHEMA_VERSION:
             conn.execute("ROLLBACK")
@@ -233,6 +241,20 @@ class Registry:
                 f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})", rows
             )
 
+    def complete(self, token: str, job_id: str, cluster: str) -> None:
+        """Give the submission recorded with ``token`` before sbatch ran its job id."""
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "UPDATE jobs SET job_id = ?, cluster = CASE ? WHEN '' THEN cluster ELSE ? END "
+                "WHERE token = ?",
+                (job_id, cluster, cluster, token),
+            )
+
+    def discard(self, token: str) -> None:
+        """Forget a submission recorded before sbatch ran, once sure no job was created."""
+        with self._connect(write=True) as conn:
+            conn.execute("DELETE FROM jobs WHERE token = ? AND job_id = ''", (token,))
+
     def update_states(self, updates: Sequence[StateUpdate], *, checked_at: float) -> None:
         if not updates:
             return
@@ -243,6 +265,7 @@ class Registry:
                 "nodes = COALESCE(?, nodes), stdout_path = COALESCE(?, stdout_path), "
                 "stderr_path = COALESCE(?, stderr_path), gpus = COALESCE(?, gpus), "
                 "elapsed = COALESCE(?, elapsed), tasks = COALESCE(?, tasks), "
+                "restarts = COALESCE(MAX(?, restarts), ?, restarts), "
                 "state_checked_at = ? WHERE token = ?",
                 [
                     (
@@ -256,6 +279,8 @@ class Registry:
                         u.gpus,
                         u.elapsed,
                         u.tasks,
+                        u.restarts,
+                        u.restarts,
                         checked_at,
                         u.token,
                     )
@@ -266,10 +291,11 @@ class Registry:
     # --- reads ----------------------------------------------------------------------------
 
     def _select(
-        self, where: str = "", params: Sequence[object] = (), tail: str = ""
+        self, where: str = "", params: Sequence[object] = (), tail: str = "", *, sent: bool = True
     ) -> list[JobRecord]:
-        """Rows of this registry's host only (job ids are per cluster, and so per host)."""
-        mine = "COALESCE(host, '') = ?"
+        """Rows of this registry's host only (job ids are per cluster, and so per host); with
+        a job id (``sent``), else only the submissions still waiting for theirs."""
+        mine = f"COALESCE(host, '') = ? AND job_id {'!=' if sent else '='} ''"
         where = f"{where} AND {mine}" if where else f"WHERE {mine}"
         with self._connect(write=False) as conn:
             rows = conn.execute(
@@ -308,6 +334,11 @@ class Registry:
     def by_token(self, token: str) -> JobRecord | None:
         rows = self._select("WHERE token = ?", [token])
         return rows[0] if rows else None
+
+    def pending(self) -> list[JobRecord]:
+        """Submissions recorded before sbatch ran that never got their job id (the process
+        was interrupted or killed meanwhile): the job may exist, with the record's token."""
+        return self._select(tail="ORDER BY seq", sent=False)
 
     def resolve_id(self, spec: str) -> str:
         """A job id as typed: digits (or ``123_4``), ``last`` for the newest submission,

@@ -25,7 +25,7 @@ from clusterjob.errors import UsageError
 from clusterjob.jobs.explain import explain, is_pending_reason
 from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir
 from clusterjob.slurm import parse
-from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient
+from clusterjob.slurm.commands import COMMENT_PREFIX, SUBMIT_WINDOW, SlurmClient
 from clusterjob.slurm.parse import is_final
 from clusterjob.slurm.syntax import array_task_ids, split_array_id
 
@@ -201,6 +201,20 @@ def _select(
     return sorted(records, key=lambda r: r.submitted_at), []
 
 
+def settle_pending(registry: Registry, client: SlurmClient, now: float | None = None) -> None:
+    """Submissions recorded before sbatch answered (clusterjob was interrupted or killed
+    meanwhile): the job Slurm holds with a record's token completes the record; none, once
+    the submission's window has passed, means none was created, and the record goes."""
+    now = time.time() if now is None else now
+    for record in registry.pending():
+        found = client.find_jobs_by_comment(record.token)
+        if found:  # an array's rows are ID_N / ID_[..]: the job is ID
+            job_id = split_array_id(found[0].job_id)[0]
+            registry.complete(record.token, job_id, found[0].cluster or "")
+        elif now - record.submitted_at > SUBMIT_WINDOW:
+            registry.discard(record.token)
+
+
 def _pick(rows: Iterable[_Row] | None, cluster: str) -> _Row | None:
     """The row of ``cluster`` (any row when the cluster is not known)."""
     for row in rows or ():
@@ -229,6 +243,7 @@ def status(
     registry = registry or Registry(host=client.runner.transport.label)
     cache = cache or cache_for(client)
     now = time.time() if now is None else now
+    settle_pending(registry, client, now)
     records, untracked, task_of = _select_tasks(registry, jobs, show_all, now)
     live = [r for r in records if not parse.is_final(r.state)]
     ask = sorted({r.job_id for r in live} | set(untracked))
@@ -299,7 +314,9 @@ def status(
             # squeue names only the nodes still completing while a job is COMPLETING: keep
             # the whole node list recorded before (logs --node reads it once Slurm forgets).
             nodes = None if q.state == "COMPLETING" else q.nodes
-            update = StateUpdate(record.token, q.cluster, q.state, q.reason, exit_code, nodes)
+            restarts = _restarts(client, q, record)
+            update = StateUpdate(record.token, q.cluster, q.state, q.reason, exit_code, nodes,
+                                 restarts=restarts)  # fmt: skip
             if not (parse.is_final(q.state) and exit_code is None):
                 # A final state is recorded only with its exit code: the registry never asks
                 # Slurm about a finished job again, so the code could never be filled in.
@@ -307,16 +324,18 @@ def status(
                     update._replace(
                         stdout_path=stdout,
                         stderr_path=stderr,
-                        gpus=_gpus_of(q),
+                        gpus=_gpus_of(q, _requested_nodes(record)),
                         elapsed=q.elapsed or None,
                     )
                 )
             shown = _from_row(q, record, "squeue")
-            results.append(_with_restarts(client, shown, q, record))
+            results.append(_with_restarts(shown, q, restarts))
         elif a is not None:
             # Right after a multi-node job ends, sacct's record can name only its first node
             # (seen: "gpu1" for gpu[1-2]) while squeue, which still has the job, names all.
             squeue_nodes = q.nodes if q is not None and q.state != "COMPLETING" else None
+            # while squeue still has the job, so does scontrol: its last restart count
+            restarts = _restarts(client, q, record) if q is not None else None
             updates.append(
                 StateUpdate(
                     record.token,
@@ -327,9 +346,11 @@ def status(
                     squeue_nodes or a.nodes,
                     gpus=_gpus_of(a),
                     elapsed=a.elapsed or None,
+                    restarts=restarts,
                 )  # fmt: skip
             )
-            results.append(_from_row(a, record, "sacct"))
+            shown = _from_row(a, record, "sacct")
+            results.append(_with_restarts(shown, q, restarts) if q is not None else shown)
         else:
             note = (
                 "Slurm no longer reports it (it ended over MinJobAge ago?) and accounting is "
@@ -656,24 +677,35 @@ def _select_tasks(
     return records + extra, untracked, task_of
 
 
-def _with_restarts(
-    client: SlurmClient, row: JobStatus, q: parse.QueuedJob, record: JobRecord
-) -> JobStatus:
-    """A requeued job waits with reason BeginTime (Slurm delays its restart): say so, with
-    its restart count, which only scontrol has (asked for such jobs alone)."""
-    if q.state != "PENDING" or q.reason != "BeginTime" or "--requeue" not in record.script:
-        return row
+def _restarts(client: SlurmClient, q: parse.QueuedJob, record: JobRecord) -> int | None:
+    """How often Slurm requeued the job, from scontrol: squeue's columns and sacct's fields
+    (22.05) have no count. Asked only for a job waiting after a requeue (reason BeginTime:
+    Slurm delays its restart) and for one seen ended that was requeued before, for its last
+    count; the registry keeps the most seen for every later row. None: not asked, or none."""
+    waiting = q.state == "PENDING" and q.reason == "BeginTime" and "--requeue" in record.script
+    ending = parse.is_final(q.state) and (record.restarts or 0) > 0
+    if not (waiting or ending):
+        return None
     job = client.scontrol_job(q.job_id)
     try:
         restarts = int(job.raw.get("Restarts", "0")) if job is not None else 0
     except ValueError:
         restarts = 0
-    if restarts < 1:
+    return restarts if restarts >= 1 else None
+
+
+def _with_restarts(row: JobStatus, q: parse.QueuedJob, restarts: int | None) -> JobStatus:
+    """The row with the restart count just asked for (over the one recorded); a requeued job
+    waiting to begin says so."""
+    if restarts is None:
         return row
     from dataclasses import replace
 
+    row = replace(row, restarts=max(restarts, row.restarts or 0))
+    if q.state != "PENDING" or q.reason != "BeginTime":
+        return row
     when = f", eligible at {q.start:%H:%M}" if q.start else ""
-    return replace(row, restarts=restarts, explanation=f"requeued (restart {restarts}){when}")
+    return replace(row, explanation=f"requeued (restart {row.restarts}){when}")
 
 
 SAME_JOB_SECONDS = 600.0  # Slurm's SubmitTime and the registry's time of one submission
@@ -698,25 +730,35 @@ def _ours(row: _Row | None, record: JobRecord) -> _Row | None:
     return row
 
 
-def _gpus_of(row: parse.QueuedJob | parse.AccountedJob) -> str | None:
-    """The job's GPUs as Slurm reports them: sacct's AllocTRES, squeue's TRES per node (or
-    per job or task, for jobs that asked with --gpus or --gpus-per-task). A job squeue shows
-    ended is spelled as sacct will spell it (its whole job's GPUs, as AllocTRES): the record
-    of a final state is not asked about again, so it reads the same whichever saw the end."""
+def _gpus_of(row: parse.QueuedJob | parse.AccountedJob, nodes: int | None = None) -> str | None:
+    """The job's GPUs spelled one way whatever the source and the state: as sacct's AllocTRES
+    (``gres/gpu:a100=2,gres/gpu=2``), the whole job's. squeue has what the job asked for: per
+    job, else per node times its nodes (``nodes``, the nodes asked for, while none are given
+    yet); per task only with the unit said (squeue's columns have no task count)."""
     if isinstance(row, parse.AccountedJob):
         return parse.gpu_tres(row.alloc_tres)
-    if parse.is_final(row.state):
-        # per job, else per node times its nodes (squeue's columns have no task count)
-        asked = parse.requested_gpu_counts(row.tres_per_job, (row.tres_per_node, _node_count(row)))
-        ended = parse.alloc_tres_spelling(asked)
-        if ended:
-            return ended
-    return row.gpus_requested
+    per_node = (row.tres_per_node, _node_count(row, nodes))
+    whole = parse.alloc_tres_spelling(parse.requested_gpu_counts(row.tres_per_job, per_node))
+    if whole:
+        return whole
+    per_task = parse.alloc_tres_spelling(parse.tres_gpu_counts(row.tres_per_task))
+    return f"{per_task} per task" if per_task else None
 
 
-def _node_count(row: parse.QueuedJob) -> int:
+def _requested_nodes(record: JobRecord | None) -> int | None:
+    """The nodes a job asked for (its recorded request), for a job not placed yet."""
+    if record is None or not record.request:
+        return None
+    try:
+        nodes = json.loads(record.request).get("nodes")
+    except (ValueError, AttributeError):
+        return None
+    return nodes if isinstance(nodes, int) and nodes > 0 else None
+
+
+def _node_count(row: parse.QueuedJob, asked: int | None = None) -> int:
     if not row.nodes:
-        return 1
+        return asked or 1
     import hostlist  # only for a job squeue shows ended
 
     try:
@@ -741,7 +783,9 @@ def _from_row(
     return JobStatus(
         job_id=row.job_id,
         cluster=row.cluster,
-        name=row.name,
+        # the name it was submitted with: sacct says "allocation" until slurmdbd has the
+        # job's start (seen on 22.05 for a second or so after a cancel)
+        name=record.job_name if record and record.job_name else row.name,
         state=row.state,
         reason=_reason(row.state, row.reason),
         explanation=explain(row.state, row.reason, row.job_id),
@@ -751,7 +795,8 @@ def _from_row(
         submitted=_iso(record.submitted_at) if record else None,
         site=record.site if record else "",
         source=source,
-        gpus=_gpus_of(row),
+        gpus=_gpus_of(row, _requested_nodes(record)),
+        restarts=record.restarts if record else None,
     )
 
 
@@ -775,6 +820,7 @@ def _from_record(record: JobRecord, *, state: str | None = None, note: str = "")
         site=record.site,
         source="registry" if state is None else "none",
         gpus=record.gpus,
+        restarts=record.restarts,
     )
 
 

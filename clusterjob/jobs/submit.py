@@ -11,21 +11,31 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from clusterjob.errors import RegistryError, SlurmError, UsageError
+from clusterjob.errors import (
+    RegistryError,
+    SlurmError,
+    SubmissionUncertain,
+    SubmitInterrupted,
+    UsageError,
+)
 from clusterjob.jobs.explain import sbatch_hints
+from clusterjob.jobs.followup import follow_up
 from clusterjob.jobs.private_files import ensure_private_dir, write_private
 from clusterjob.jobs.registry import JobRecord, Registry, data_dir
-from clusterjob.jobs.status import cache_for
+from clusterjob.jobs.status import cache_for, settle_pending
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
-from clusterjob.slurm.parse import StartEstimate
+from clusterjob.slurm.parse import StartEstimate, SubmittedJobId
+from clusterjob.slurm.syntax import split_array_id
 
 if TYPE_CHECKING:
     from clusterjob.jobscript.render import RenderedJob
@@ -45,16 +55,18 @@ class Submitted:
     script_path: str
     sbatch_command: str = ""
     tasks: int | None = None  # an array's (or sweep's) number of tasks
+    host: str = ""  # the login node it went through (--host), "" for this machine
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def __str__(self) -> str:
         on = f" on cluster {self.cluster}" if self.cluster else ""
+        status = follow_up("status", self.job_id, host=self.host)
+        logs = follow_up("logs", self.job_id, "-f", host=self.host)
         return (
             f"Submitted job {self.job_id}{on} (site {self.site}); script kept at "
-            f"{self.script_path}\nFollow it with: clusterjob status {self.job_id}; "
-            f"clusterjob logs {self.job_id} -f"
+            f"{self.script_path}\nFollow it with: {status}; {logs}"
         )
 
 
@@ -155,6 +167,7 @@ def submit(
             "site template that overrides job.sh.j2 must keep that line (it makes "
             "submission safe to retry)"
         )
+    check_dependency(resolved.request.dependency, client)
     if test_only:
         path = _write_script(rendered.script, f"test-{token}")
         try:
@@ -166,13 +179,10 @@ def submit(
             path.unlink(missing_ok=True)
     registry.check()
     path = _write_script(rendered.script, token)
-    with sbatch_hints(site):
-        submitted = client.sbatch(path, token=token, workdir=work, script=rendered.script)
     request = resolved.request
-    cluster = submitted.cluster or site.cluster_name or _cluster_name(client)
-    record = JobRecord(
-        job_id=submitted.job_id,
-        cluster=cluster,
+    pending = JobRecord(
+        job_id="",
+        cluster=site.cluster_name or "",
         site=site.name,
         token=token,
         job_name=resolved.job_name,
@@ -187,15 +197,142 @@ def submit(
         resubmit_of=resubmit_of,
         host=client.runner.transport.label,
     )
-    _record(registry, record)
+
+    def sbatch() -> SubmittedJobId:
+        with sbatch_hints(site):
+            return client.sbatch(path, token=token, workdir=work, script=rendered.script)
+
+    record = send_recorded(registry, pending, sbatch, lambda: _cluster_name(client))
     return Submitted(
-        submitted.job_id,
-        cluster,
+        record.job_id,
+        record.cluster,
         site.name,
         str(path),
         shlex.join(["sbatch", "--parsable", f"--chdir={work}", str(path)]),
         _task_count(request.array),
+        record.host,
     )
+
+
+class _HeldInterrupt:
+    """Ctrl-C (SIGINT) held while a submission is sent and recorded: the first is noted and
+    acted on once the job is recorded; a second interrupts at once. Signals reach only the
+    main thread: elsewhere (and where SIGINT is ignored) nothing is held."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._previous: Any = None
+        self._held = False
+
+    def __enter__(self) -> _HeldInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if previous not in (signal.SIG_IGN, None):
+                self._previous = signal.signal(signal.SIGINT, self._note)
+                self._held = True
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+        print(
+            "clusterjob: interrupted: finishing the submission first, so that its job is not "
+            "lost (Ctrl-C again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self._held:
+            signal.signal(signal.SIGINT, self._previous)
+            self._held = False
+
+
+def send_recorded(
+    registry: Registry,
+    pending: JobRecord,
+    sbatch: Callable[[], SubmittedJobId],
+    cluster_name: Callable[[], str],
+) -> JobRecord:
+    """Submit exactly once with no job ever unrecorded: ``pending`` (no job id yet) is
+    recorded before ``sbatch`` runs and completed with the id once it answers; a refusal
+    (or a look-up that found no job) removes it, any other failure keeps it for ``status``
+    to settle by its token. Ctrl-C is held meanwhile (``_HeldInterrupt``): one before sbatch
+    submits nothing, one after it says which job was submitted and how to cancel it."""
+    token, host = pending.token, pending.host
+    with _HeldInterrupt() as held:
+        registry.add(pending)
+        if held.interrupted:  # nothing was sent
+            registry.discard(token)
+            raise KeyboardInterrupt
+        try:
+            submitted = sbatch()
+        except SlurmError as exc:
+            if not isinstance(exc, SubmissionUncertain):  # refused, or looked up: no job
+                registry.discard(token)
+            raise
+        except KeyboardInterrupt:
+            raise SubmitInterrupted(
+                "interrupted while sbatch ran: the job may or may not exist; "
+                f"`{follow_up('status', host=host)}` looks for it (its comment is "
+                f"{COMMENT_PREFIX}{token}) and records it"
+            ) from None
+        job_id = submitted.job_id
+        cancel = follow_up("cancel", job_id, host=host)
+        try:
+            cluster = submitted.cluster or pending.cluster or cluster_name()
+            registry.complete(token, job_id, cluster)
+        except RegistryError as exc:
+            raise RegistryError(
+                f"job {job_id} WAS submitted, but could not be recorded: {exc}; cancel it "
+                f"with `{cancel}`"
+            ) from None
+        except KeyboardInterrupt:
+            raise SubmitInterrupted(
+                f"interrupted: job {job_id} WAS submitted; `{follow_up('status', host=host)}` "
+                f"completes its record; cancel it with `{cancel}`"
+            ) from None
+    if held.interrupted:
+        raise SubmitInterrupted(
+            f"interrupted: job {job_id} was submitted and is recorded; cancel it with `{cancel}`"
+        )
+    return replace(pending, job_id=job_id, cluster=cluster)
+
+
+_JOB_ID = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
+
+
+def dependency_job_ids(dependency: str) -> list[str]:
+    """The job ids a ``--dependency`` names: ``afterok:12:13,afterany:14+5?singleton`` -> 12,
+    13, 14 (a bare id is Slurm's ``afterany``); words that are no job id are sbatch's to judge."""
+    ids: list[str] = []
+    for part in re.split(r"[,?]", dependency):
+        kind, _, rest = part.partition(":")
+        words = rest.split(":") if rest else [kind]
+        ids.extend(w.split("+", 1)[0] for w in words if _JOB_ID.match(w.split("+", 1)[0]))
+    return ids
+
+
+def check_dependency(dependency: str | None, client: SlurmClient) -> None:
+    """Refuse a dependency on a job Slurm does not know: sbatch takes it, and Slurm drops it
+    and starts the job at once (seen on 22.05). A job is known while the controller holds it
+    (squeue) and, once forgotten, to accounting (sacct)."""
+    wanted = dependency_job_ids(dependency or "")
+    if not wanted:
+        return
+    known = {split_array_id(j.job_id)[0] for j in client.squeue_jobs(wanted)}
+    missing = [j for j in wanted if split_array_id(j)[0] not in known]
+    if missing:
+        accounted = client.sacct_jobs(missing) or []  # None: no accounting to ask
+        known |= {split_array_id(j.job_id)[0] for j in accounted}
+        missing = [j for j in missing if split_array_id(j)[0] not in known]
+    if missing:
+        jobs = ", ".join(dict.fromkeys(missing))
+        raise UsageError(
+            f"--dependency {dependency}: Slurm knows no job {jobs} (neither queued nor in "
+            "accounting); Slurm would drop the dependency and start this job at once"
+        )
 
 
 def _task_count(array: str | None) -> int | None:
@@ -244,15 +381,6 @@ def expand_dependency(dependency: str, registry: Registry | None = None) -> str:
         return dependency
     registry = registry or Registry()
     return _LAST.sub(lambda m: registry.resolve_id(m.group(0)), dependency)
-
-
-def _record(registry: Registry, record: JobRecord) -> None:
-    try:
-        registry.add(record)
-    except RegistryError as exc:
-        raise RegistryError(
-            f"job {record.job_id} WAS submitted, but could not be recorded: {exc}"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -313,7 +441,6 @@ def resubmit(
     ``site`` as it is today and the shipped templates; ``same_script`` replays the old
     script byte for byte but for its token.
     """
-    from dataclasses import replace
 
     from clusterjob.jobscript.render import render
     from clusterjob.jobscript.request import new_token, resolve
@@ -321,7 +448,7 @@ def resubmit(
     changes = changes or Changes()
     client = client or SlurmClient()
     registry = registry or Registry(host=client.runner.transport.label)
-    record = _tracked(registry, job)
+    record = _tracked(registry, job, client)
     if same_script:
         if changes.any():
             raise UsageError("--same-script replays the old script: it takes no changes")
@@ -377,11 +504,9 @@ def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submi
     # the token is random hex: every occurrence (the comment, CLUSTERJOB_TOKEN) is it
     script = record.script.replace(record.token, token)
     path = _write_script(script, token)
-    with sbatch_hints(None):  # the record names its site, but the site config is not loaded
-        submitted = client.sbatch(path, token=token, workdir=record.work_dir, script=script)
-    new = JobRecord(
-        job_id=submitted.job_id,
-        cluster=submitted.cluster or record.cluster,
+    pending = JobRecord(
+        job_id="",
+        cluster=record.cluster,
         site=record.site,
         token=token,
         job_name=record.job_name,
@@ -396,7 +521,12 @@ def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submi
         request=record.request,
         host=client.runner.transport.label,
     )
-    _record(registry, new)
+
+    def sbatch() -> SubmittedJobId:
+        with sbatch_hints(None):  # the record names its site, but the site config is not loaded
+            return client.sbatch(path, token=token, workdir=record.work_dir, script=script)
+
+    new = send_recorded(registry, pending, sbatch, lambda: "")
     cache_for(client).clear()
     return Submitted(
         new.job_id,
@@ -404,13 +534,17 @@ def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submi
         new.site,
         str(path),
         shlex.join(["sbatch", "--parsable", f"--chdir={record.work_dir}", str(path)]),
+        host=new.host,
     )
 
 
-def provenance(job: str, *, registry: Registry | None = None) -> dict[str, object]:
-    """Where a job came from: command line, directory, git commit, site, token, script."""
+def provenance(
+    job: str, *, registry: Registry | None = None, client: SlurmClient | None = None
+) -> dict[str, object]:
+    """Where a job came from: command line, directory, git commit, site, token, script.
+    ``client``: Slurm, to settle submissions interrupted before their id was recorded."""
     registry = registry or Registry()
-    record = _tracked(registry, job)
+    record = _tracked(registry, job, client)
     commit = record.git_commit or ""
     return {
         "job_id": record.job_id,
@@ -444,9 +578,12 @@ def _interpreter_of(record: JobRecord) -> dict[str, object]:
     return {"python": python, "python_why": data.get("python_why")}
 
 
-def _tracked(registry: Registry, job: str) -> JobRecord:
+def _tracked(registry: Registry, job: str, client: SlurmClient | None = None) -> JobRecord:
     job_id = registry.resolve_id(job)
     record = registry.get(job_id)
+    if record is None and client is not None and registry.pending():
+        settle_pending(registry, client)
+        record = registry.get(job_id)
     if record is None:
         raise UsageError(f"job {job_id} was not submitted with clusterjob (not in the registry)")
     return record

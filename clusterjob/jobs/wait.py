@@ -14,6 +14,10 @@ from clusterjob.slurm import parse
 from clusterjob.slurm.commands import SlurmClient
 
 TIMED_OUT = 124  # what `wait --timeout` exits with when a job is still going, as timeout(1)
+# What `wait` exits with when a job waits for something that cannot happen (a dependency on a
+# job that failed or was cancelled): nothing will change without you, so waiting ends there.
+NEVER_STARTS = 125
+NEVER_START_REASONS = frozenset({"DependencyNeverSatisfied"})
 # How long a job that ended other than COMPLETED is polled for its exit code: squeue shows the
 # end (of a job, or an array's task) a moment before slurmdbd records the code in sacct. A CI
 # run's `wait` caught an array FAILED with its failed task's code not yet known and exited 1
@@ -27,11 +31,24 @@ class WaitResult:
     timed_out: bool
 
     @property
+    def stuck(self) -> list[JobStatus]:
+        """The jobs that will never start (``never_starts``)."""
+        return [r for r in self.rows if never_starts(r)]
+
+    @property
+    def ended(self) -> bool:
+        """Whether every job ended (not timed out, none that will never start)."""
+        return not self.timed_out and not self.stuck
+
+    @property
     def exit_code(self) -> int:
         """The first non-zero of the jobs' exit codes (a job that ended other than COMPLETED
-        without a code counts as 1; an array as its first failed task); 124 on a timeout."""
+        without a code counts as 1; an array as its first failed task); 124 on a timeout, 125
+        when a job will never start."""
         if self.timed_out:
             return TIMED_OUT
+        if self.stuck:
+            return NEVER_STARTS
         for row in self.rows:
             code = job_exit_code(row)
             if code:
@@ -42,16 +59,30 @@ class WaitResult:
         if self.timed_out:
             going = [f"{r.job_id} {r.state}" for r in self.rows if not ended(r)]
             return f"timed out; still going: {', '.join(going)}"
-        return "\n".join(
-            f"{r.job_id} {r.state}"
-            + (f" (exit {r.exit_code})" if r.exit_code is not None else "")
-            + (f": {r.tasks_summary}" if r.tasks_summary else "")
-            for r in self.rows
-        )
+        return "\n".join(_line(r) for r in self.rows)
+
+
+def _line(row: JobStatus) -> str:
+    """``123 COMPLETED (exit 0)``, ``123 FAILED (exit 3)``, ``123 CANCELLED`` (a cancelled
+    job's code 0 is not its program's), or why a job will never start."""
+    if never_starts(row):
+        return f"{row.job_id} PENDING ({row.reason}): {row.explanation}"
+    shown = row.exit_code is not None and (row.exit_code != 0 or row.state == "COMPLETED")
+    return (
+        f"{row.job_id} {row.state}"
+        + (f" (exit {row.exit_code})" if shown else "")
+        + (f": {row.tasks_summary}" if row.tasks_summary else "")
+    )
 
 
 def ended(row: JobStatus) -> bool:
     return parse.is_final(row.state) or row.state == "UNKNOWN"
+
+
+def never_starts(row: JobStatus) -> bool:
+    """A pending job that waits for what cannot happen (Slurm keeps such a job until it is
+    cancelled, unless the site sets ``kill_invalid_depend``)."""
+    return row.state == "PENDING" and row.reason in NEVER_START_REASONS
 
 
 def job_exit_code(row: JobStatus) -> int:
@@ -72,7 +103,7 @@ def wait(
     clock: Callable[[], float] = time.monotonic,
 ) -> WaitResult:
     """Poll ``status(jobs)`` every ``interval`` seconds until every job has ended (an array:
-    every task) or ``timeout`` seconds have passed."""
+    every task) or will never start, or ``timeout`` seconds have passed."""
     if not jobs:
         raise UsageError("name at least one job to wait for (or `last`)")
     if interval <= 0 or (timeout is not None and timeout < 0):
@@ -93,7 +124,7 @@ def wait(
     while True:
         rows = status(jobs, client=client, registry=registry, cache=cache or cache_for(client))
         now = clock()
-        if all([settled(r, now) for r in rows]):
+        if all([settled(r, now) or never_starts(r) for r in rows]):
             return WaitResult(rows, timed_out=False)
         if deadline is not None and clock() >= deadline:
             return WaitResult(rows, timed_out=True)

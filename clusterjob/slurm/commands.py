@@ -10,7 +10,12 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable
+from clusterjob.errors import (
+    SlurmError,
+    SlurmTransientError,
+    SlurmUnavailable,
+    SubmissionUncertain,
+)
 from clusterjob.slurm import parse
 from clusterjob.slurm.parse import (
     AccountedJob,
@@ -142,7 +147,7 @@ class SlurmClient:
         try:
             found = self.find_jobs_by_comment(token, deadline=deadline)
         except SlurmError as exc:
-            raise SlurmUnavailable(
+            raise SubmissionUncertain(
                 cmd,
                 cause.returncode,
                 cause.stderr,

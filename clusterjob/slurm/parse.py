@@ -297,19 +297,6 @@ class QueuedJob:
     comment: str | None
     name: str
 
-    @property
-    def gpus_requested(self) -> str | None:
-        """The job's GPUs as squeue gives them: per node, else per job (``--gpus``) or per
-        task (``--gpus-per-task``), said so, since those counts are not per node."""
-        per_node = gpu_tres(self.tres_per_node)
-        if per_node:
-            return per_node
-        for text, unit in ((self.tres_per_job, "per job"), (self.tres_per_task, "per task")):
-            found = gpu_tres(text)
-            if found:
-                return f"{found} {unit}"
-        return None
-
 
 def parse_squeue(stdout: str) -> list[QueuedJob]:
     jobs = []

@@ -9,9 +9,11 @@ user's own ``~/.ssh/config`` applies (``Host`` aliases, ``ProxyJump``, keys); no
 prompts unless a person is at a terminal (``BatchMode=yes`` otherwise).
 
 How an ssh failure is read (ssh itself exits 255): a host key that is unknown or changed, a
-refused key and an unknown host name are ``SshError`` (one line, no retry); a connection
-that could not be made or was lost is transient, and carries ``SSH_LOST`` in its stderr so
-that the runner retries it and ``sbatch`` looks its token up before submitting again.
+refused key, an unknown host name and a refused connection (nothing listens on that port)
+are ``SshError``: one line naming the host, exit 4 (``SLURM_UNAVAILABLE``, as for a Slurm
+that cannot be reached), no retry. A connection that timed out or was lost is transient,
+and carries ``SSH_LOST`` in its stderr so that the runner retries it and ``sbatch`` looks
+its token up before submitting again.
 
 ``rsync`` (for ``sync``) and the interactive ``srun --pty`` use the same connection.
 """
@@ -56,6 +58,8 @@ class SshTarget:
     options: tuple[str, ...] = ()  # extra `-o KEY=VALUE` for ssh
     config_file: str | None = None  # ssh -F FILE
     name: str = ""  # the profile name, or the spec as given
+    # said after a failure to reach it: e.g. that the name is no profile of hosts.yaml
+    note: str = ""
 
     @property
     def label(self) -> str:
@@ -184,6 +188,7 @@ def ssh_argv(
 _HOST_KEY = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
 _AUTH = ("Permission denied", "Too many authentication failures", "no mutual signature")
 _NAME = ("Could not resolve hostname",)
+_REFUSED = ("Connection refused",)
 
 
 def ssh_failure(target: SshTarget, returncode: int, stderr: str) -> str | None:
@@ -204,8 +209,14 @@ def ssh_failure(target: SshTarget, returncode: int, stderr: str) -> str | None:
             f"ssh {target.label}: authentication failed ({_clip(first)}); add your key to "
             "ssh-agent or name it as `identity` in the host profile"
         )
+    note = f"; {target.note}" if target.note else ""
     if any(m in text for m in _NAME):
-        raise SshError(f"ssh {target.label}: {_clip(first)}")
+        raise SshError(f"ssh {target.label}: unknown host name ({_clip(first)}){note}")
+    if any(m in text for m in _REFUSED) and "ssh: connect to host" in text:
+        raise SshError(
+            f"ssh {target.label}: connection refused ({_clip(first)}): no ssh server "
+            f"listens there; check the host and port{note}"
+        )
     if "ssh:" in text or "Connection" in text or "mux_client" in text or "Broken pipe" in text:
         return f"{SSH_LOST} ({target.label}): {_clip(first) or 'no error output'}"
     if not text:
