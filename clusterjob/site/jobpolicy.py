@@ -76,6 +76,28 @@ _OWN_OPTIONS = {
 }
 
 
+def read_time(
+    v: Validator,
+    fields: Mapping[str, Entry],
+    key: str,
+    path: str,
+    *,
+    what: str = "a Slurm time",
+    example: str = "1:00:00, 2-00:00:00, 30",
+) -> str | Invalid | None:
+    """A key whose value is a Slurm time (``2-00:00:00``): the string, or ``INVALID`` after
+    saying why at its line."""
+    value = read_key(fields, key, v.string, path)
+    if isinstance(value, str) and not is_time(value):
+        v.error(
+            key_line(fields, key),
+            join_path(path, key),
+            f"not {what}: {value!r} (e.g. {example})",
+        )
+        return INVALID
+    return value
+
+
 def read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults | Invalid:
     """``defaults:`` at the top, of a partition or of a model."""
     if entry is None:
@@ -115,14 +137,7 @@ def read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults |
             f"not a Slurm memory size: {mem!r} (e.g. 64G, 500M, 1T)",
         )
         mem = INVALID
-    time = read_key(fields, "time", v.string, path)
-    if isinstance(time, str) and not is_time(time):
-        v.error(
-            key_line(fields, "time"),
-            join_path(path, "time"),
-            f"not a Slurm time: {time!r} (e.g. 1:00:00, 2-00:00:00, 30)",
-        )
-        time = INVALID
+    time = read_time(v, fields, "time", path)
     rules = _read_qos_rules(v, fields.get("qos_by_time"), join_path(path, "qos_by_time"))
     if isinstance(qos, str) and rules:
         v.error(
@@ -279,14 +294,7 @@ def read_qos_limits(
         fields = v.mapping(item.value, path, schema.QOS.key_table())
         if fields is None:
             continue
-        max_time = read_key(fields, "max_time", v.string, path)
-        if isinstance(max_time, str) and not is_time(max_time):
-            v.error(
-                key_line(fields, "max_time"),
-                join_path(path, "max_time"),
-                f"not a Slurm time: {max_time!r} (e.g. 2:00:00)",
-            )
-            max_time = INVALID
+        max_time = read_time(v, fields, "max_time", path, example="2:00:00")
         gpus, nodes = (
             read_key(fields, key, lambda n, p: v.integer(n, p, minimum=1), path)
             for key in ("max_gpus_per_job", "max_nodes")

@@ -57,7 +57,7 @@ from clusterjob.site.yamlcheck import (
     read_key,
     read_text,
 )
-from clusterjob.slurm.syntax import GRES_TYPE_NAME, is_time
+from clusterjob.slurm.syntax import GRES_TYPE_NAME
 
 MAX_BYTES = 16 * 1024 * 1024  # a real site is a few hundred KiB; refuse before parsing
 
@@ -329,14 +329,14 @@ def _read_partitions(v: Validator, node: Node) -> list[_ReadPartition]:
         if fields is None:
             continue
         hosts = read_key(fields, "nodes", lambda n, p: _hostlist(v, n, p), path)
-        time_limit = read_key(fields, "time_limit", v.string, path)
-        if isinstance(time_limit, str) and not is_time(time_limit):
-            v.error(
-                key_line(fields, "time_limit"),
-                join_path(path, "time_limit"),
-                f"not a Slurm time limit: {time_limit!r} (e.g. 2-00:00:00, 12:00:00, 30)",
-            )
-            time_limit = INVALID
+        time_limit = jobpolicy.read_time(
+            v,
+            fields,
+            "time_limit",
+            path,
+            what="a Slurm time limit",
+            example="2-00:00:00, 12:00:00, 30",
+        )
         default = read_key(fields, "default", v.boolean, path)
         defaults = _read_defaults(v, fields.get("defaults"), join_path(path, "defaults"))
         checks = _read_checks(v, fields.get("checks"), join_path(path, "checks"))
