@@ -5,6 +5,7 @@ slurmdbd and slurmctld running after slurmd failed)."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,3 +68,15 @@ def test_a_failed_up_stops_what_it_started_and_takes_back_its_hosts_line(
         assert not host.has_hosts_entry(cluster._hosts_marker(layout))
     finally:
         cluster.down(state)
+
+
+def test_a_state_dir_on_a_full_disk_is_refused_before_anything_starts(
+    trusted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _needs_root()
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=100 << 20))
+    state = trusted / "sbx"
+    with pytest.raises(UsageError, match=r"100 MiB free on .*; the sandbox needs 512 MiB"):
+        cluster.up(state)
+    assert not state.exists()

@@ -210,6 +210,7 @@ def _undo_start(layout: Layout, running: set[str], had_hosts_line: bool, say: Sa
 
 
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
+MIN_FREE_BYTES = 512 << 20  # a sandbox's MariaDB, state and logs: ~200 MiB, with room to run
 
 
 def _check_state_dir(state_dir: Path) -> None:
@@ -224,6 +225,13 @@ def _check_state_dir(state_dir: Path) -> None:
     longest = Layout(state_dir).mariadb_socket
     if len(str(longest)) > 100:
         raise UsageError(f"sandbox state dir {state_dir}: too long for a Unix socket path")
+    existing = next(p for p in (state_dir, *state_dir.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        raise UsageError(
+            f"sandbox state dir {state_dir}: {free >> 20} MiB free on {existing}; the sandbox "
+            f"needs {MIN_FREE_BYTES >> 20} MiB (MariaDB, the daemons' logs and state)"
+        )
     closed = next((p for p in state_dir.parents if p.exists() and not os.stat(p).st_mode & 1), None)
     if closed is not None:
         mode = stat.S_IMODE(os.stat(closed).st_mode)
