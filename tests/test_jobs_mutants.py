@@ -465,6 +465,26 @@ def test_rank_layout_from_the_request_and_the_nodes(data: Path) -> None:
     assert rank_layout("801", client=client) == RankLayout("srun", ("gpu9",), 4)
 
 
+def test_rank_layout_of_srun_is_the_scripts_tasks_per_node_on_a_task_per_gpu_site(
+    data: Path,
+) -> None:
+    """On Perlmutter (cpus-per-task: one task per GPU) `--launcher srun` starts four tasks a
+    node: task 5 is on the second node, not the sixth (`logs --node` used to take one)."""
+    site = load_site(resources.site_configs_dir() / "perlmutter.yaml")
+    request = JobRequest(script=TRAIN, model="A100", gpus=4, nodes=2, launcher="srun")
+    script = render(site, resolve(site, request)).script
+    assert "#SBATCH --ntasks-per-node=4" in script.splitlines()
+    registry = Registry()
+    registry.add(
+        record("802", request=json.dumps(asdict(request)), nodes="nid[001-002]",
+               state="RUNNING", script=script)
+    )  # fmt: skip
+    layout = rank_layout("802", registry=registry, client=FakeSlurm().client())
+    assert layout == RankLayout("srun", ("nid001", "nid002"), 4)
+    text = "5: on the second node\n1: on the first\n"
+    assert select_lines(text, layout, rank=None, node="nid002") == "5: on the second node\n"
+
+
 def test_rank_layout_asks_slurm_for_the_nodes_not_recorded_yet(data: Path) -> None:
     registry = Registry()
     request = JobRequest(script="train.py", nodes=2, gpus=2)

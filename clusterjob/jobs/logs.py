@@ -257,4 +257,18 @@ def rank_layout(
         live = client.scontrol_job(job_id)
         nodes = live.nodes if live is not None else None
     names = tuple(hostlist.expand_hostlist(nodes)) if nodes else ()
-    return RankLayout(choose_launcher(request), names, request.tasks_per_node or 1)
+    launcher = choose_launcher(request)
+    tasks = request.tasks_per_node or 1
+    if launcher == "srun":  # the launcher starts the batch's tasks per node, as its script says
+        tasks = batch_tasks_per_node(record.script) or tasks
+    return RankLayout(launcher, names, tasks)
+
+
+_BATCH_TASKS_PER_NODE = re.compile(r"^#SBATCH --ntasks-per-node=(\d+)$", re.MULTILINE)
+
+
+def batch_tasks_per_node(script: str) -> int | None:
+    """The job script's own ``#SBATCH --ntasks-per-node``: one task per GPU on a site whose jobs
+    run so (cpus-per-task, gpus-per-task), whatever ``--tasks-per-node`` said."""
+    match = _BATCH_TASKS_PER_NODE.search(script)
+    return int(match.group(1)) if match else None
