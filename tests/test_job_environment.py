@@ -639,11 +639,32 @@ def test_shell_dry_run_is_srun_pty_with_the_sites_gpu_request(
     srun = words.index("srun")
     assert "CLUSTERJOB_EXPECT_MODEL=A100" in words[:srun]
     assert "CLUSTERJOB_EXPECT_COUNT=2" in words[:srun]
-    assert words[srun : srun + 5] == [
-        "srun", "--pty", "--job-name=shell", "--partition=gpu", "--gres=gpu:a100:2",
+    assert words[srun : srun + 4] == ["srun", "--pty", "--job-name=shell", "--partition=gpu"]
+    assert words[srun + 4 : srun + 8] == [
+        "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--gres=gpu:a100:2",
     ]  # fmt: skip
     inner = words[words.index("clusterjob-shell") + 1 :]
     assert inner == ["1", "/opt/clusterjob/bin/clusterjob", "python", "-c", "print(1)"]
+
+
+@pytest.mark.parametrize(
+    ("site", "model", "gpus", "cpus"),
+    [
+        ("perlmutter", "A100", "--gpus-per-node=4", "--cpus-per-task=128"),  # cpus-per-task
+        ("lumi", "MI250X", "--gpus-per-node=8", "--cpus-per-task=8"),  # 8 tasks, 1 CPU each
+    ],
+)
+def test_a_shell_gets_all_its_gpus_and_their_cpus_on_a_task_per_gpu_site(
+    capsys: pytest.CaptureFixture[str], site: str, model: str, gpus: str, cpus: str
+) -> None:
+    """One task with the GPUs asked for: the batch's per-task options with one task gave one
+    GPU (gpus-per-task) or asked CPUs per GPU where the site asks them per task."""
+    count = gpus.rsplit("=", 1)[1]
+    argv = ["shell", "--site", site, "--gpus", count, "--model", model, "--dry-run"]
+    assert run(argv) == 0
+    words = shlex.split(capsys.readouterr().out)
+    assert gpus in words and cpus in words, words
+    assert not [w for w in words if w.startswith(("--gpus-per-task", "--cpus-per-gpu"))]
 
 
 def test_shell_without_gpus_has_no_preflight(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ from clusterjob import envvars
 from clusterjob.jobscript.render import default_node_command
 from clusterjob.jobscript.request import ResolvedJob
 from clusterjob.jobscript.shell import shell_join
+from clusterjob.jobscript.steps import step
 from clusterjob.site.model import Site
 from clusterjob.slurm.commands import SlurmClient
 
@@ -42,14 +43,18 @@ def shell_session(
     command: Sequence[str] = (),
     node_command: Sequence[str] | None = None,
 ) -> ShellSession:
-    """One task on one node with this site's GPU options; the preflight when it has GPUs."""
+    """One task on one node with its GPUs and CPUs as the site's syntax binds them to one task
+    (the job script's one-task-per-node step: on a gpus-per-task site the batch's
+    ``--gpus-per-task=1`` with one task gave one GPU whatever ``--gpus`` said); the preflight
+    when it has GPUs."""
     options = [f"--job-name={job.job_name}"]
     if job.partition_option:
         options.append(f"--partition={job.partition.name}")
-    options += list(job.gres.options)
-    options += ["--nodes=1", "--ntasks=1"]
+    one_task = step(site, job, 1)
+    options += list(one_task.options)
+    per_task = any(o.startswith("--cpus-per-task=") for o in one_task.options)
     for name, value in (
-        ("cpus-per-gpu", job.cpus_per_gpu),
+        ("cpus-per-gpu", None if per_task else job.cpus_per_gpu),
         ("mem-per-gpu", job.mem_per_gpu),
         ("time", job.time),
         ("account", job.account),
