@@ -590,3 +590,14 @@ def test_a_jobs_name_and_gpus_read_one_way_whatever_the_source_and_state(data) -
     assert [s[:2] for s in seen] == [("squeue", "PENDING"), ("squeue", "RUNNING"),
                                      ("sacct", "CANCELLED"), ("registry", "CANCELLED")]  # fmt: skip
     assert {s[2:] for s in seen} == {("train-2n", "gres/gpu:v100=2,gres/gpu=2")}, seen
+
+
+def test_the_resubmit_a_node_failure_suggests_reaches_the_jobs_cluster() -> None:
+    """Typed as printed, it used to miss --host (exit 4) for a job submitted over ssh, where a
+    resubmission sends the recorded script."""
+    here = explain("NODE_FAIL", None, "41")
+    assert here == "a node of the job failed; resubmit (`clusterjob resubmit 41`)"
+    there = explain("NODE_FAIL", None, "41", host="hpc")
+    assert there == (
+        "a node of the job failed; resubmit (`clusterjob --host hpc resubmit 41 --same-script`)"
+    )

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from clusterjob.errors import SlurmError
+from clusterjob.jobs.followup import follow_up
 from clusterjob.slurm import parse
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ REASONS = {
 STATE_NOTES = {
     "OUT_OF_MEMORY": "killed for using more host memory than requested (--mem-per-gpu)",
     "TIMEOUT": "reached its time limit",
-    "NODE_FAIL": "a node of the job failed; resubmit (`clusterjob resubmit <id>`)",
+    "NODE_FAIL": "a node of the job failed; resubmit (`<resubmit>`)",
     "PREEMPTED": "preempted by a higher-priority job",
     "BOOT_FAIL": "a node failed to boot for the job",
     "DEADLINE": "could not finish before its --deadline",
@@ -72,8 +73,10 @@ def is_pending_reason(reason: str | None) -> bool:
     return reason is not None and any(reason.startswith(key) for key in REASONS)
 
 
-def explain(state: str, reason: str | None, job_id: str = "<id>") -> str:
-    """One line saying why a job is where it is, in GPU terms; "" when nothing to add.
+def explain(state: str, reason: str | None, job_id: str = "<id>", host: str = "") -> str:
+    """One line saying why a job is where it is, in GPU terms; "" when nothing to add. A
+    command it names reaches the job's cluster (``host``: the job went over ssh, and its
+    resubmission there sends the recorded script, ``--same-script``).
 
     An ended job's pending reason (sacct keeps ``Dependency`` on a job that since ran) is
     history, not news: it is not explained."""
@@ -90,7 +93,9 @@ def explain(state: str, reason: str | None, job_id: str = "<id>") -> str:
                     break
         if text:
             return text.replace("<id>", job_id)
-    return STATE_NOTES.get(state, "").replace("<id>", job_id)
+    note = STATE_NOTES.get(state, "").replace("<id>", job_id)
+    same = ("--same-script",) if host else ()
+    return note.replace("<resubmit>", follow_up("resubmit", job_id, *same, host=host))
 
 
 # --- sbatch errors, explained with the site's own vocabulary --------------------------------

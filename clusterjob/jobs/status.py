@@ -594,7 +594,7 @@ def _array_status(
                 name=record.job_name,
                 state=t.state,
                 reason=t.reason,
-                explanation=explain(t.state, t.reason, f"{record.job_id}_{t.task}"),
+                explanation=explain(t.state, t.reason, f"{record.job_id}_{t.task}", record.host),
                 nodes=t.nodes,
                 elapsed=t.elapsed,
                 exit_code=t.exit_code,
@@ -606,7 +606,7 @@ def _array_status(
             )
             for t in tasks
         )
-    note = explain(state, reason, record.job_id) if state == "PENDING" else ""
+    note = explain(state, reason, record.job_id, record.host) if state == "PENDING" else ""
     row = JobStatus(
         job_id=record.job_id,
         cluster=record.cluster,
@@ -788,7 +788,7 @@ def _from_row(
         name=record.job_name if record and record.job_name else row.name,
         state=row.state,
         reason=_reason(row.state, row.reason),
-        explanation=explain(row.state, row.reason, row.job_id),
+        explanation=explain(row.state, row.reason, row.job_id, record.host if record else ""),
         nodes=row.nodes,
         elapsed=row.elapsed,
         exit_code=_exit_code(row),
@@ -812,7 +812,7 @@ def _from_record(record: JobRecord, *, state: str | None = None, note: str = "")
         name=record.job_name,
         state=state or record.state,
         reason=_reason(record.state, record.reason),
-        explanation=note or explain(record.state, record.reason, record.job_id),
+        explanation=note or explain(record.state, record.reason, record.job_id, record.host),
         nodes=record.nodes,
         elapsed=record.elapsed,
         exit_code=record.exit_code,
