@@ -259,8 +259,8 @@ def exit_codes_page() -> str:
         "From `clusterjob.errors.ExitCode`, and the one mapping of error classes to codes. "
         "Every error is one line on stderr (`clusterjob: error: ...`; a site config's "
         "problems one line each, `file:line: key.path: message`); no command prints a "
-        "traceback unless given `--debug`. `wait` exits with the job's own exit code, and 124 "
-        "on `--timeout`; `run` with its command's.",
+        "traceback unless given `--debug`. `wait` exits with the job's own exit code, 124 "
+        "on `--timeout` and 125 for a job that will never start; `run` with its command's.",
         "",
     ]
     out += _table(["code", "name", "meaning", "errors that exit with it"], rows)
