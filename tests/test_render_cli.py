@@ -150,3 +150,19 @@ def test_options_after_script_are_clusterjobs(capsys: pytest.CaptureFixture[str]
     lines = out.splitlines()
     assert "#SBATCH --gres=gpu:a100:2" in lines
     assert f'exec "$python" {TRAIN}' in lines
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["preflight", "--bogus"], "clusterjob: error: No such option: --bogus"),
+        (["site", "validate", "--site", "x"], "clusterjob: error: No such option: --site"),
+    ],
+)
+def test_an_unknown_option_of_a_command_without_a_script_is_not_sent_after_dashes(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SCRIPT hint is `submit`'s and `shell`'s: elsewhere it pointed at an argument the
+    command does not have."""
+    assert run(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [said]

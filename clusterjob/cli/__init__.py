@@ -169,7 +169,7 @@ def run(argv: list[str]) -> int:
         return exc.exit_code
     except TyperException as exc:  # the argument parser's usage errors (Typer's own click)
         message = exc.format_message()
-        if type(exc).__name__ == "NoSuchOption":
+        if type(exc).__name__ == "NoSuchOption" and _takes_script(exc):
             message += " (arguments for SCRIPT that look like options go after --)"
         err(f"error: {message}")
         return int(getattr(exc, "exit_code", ExitCode.USAGE))
@@ -264,3 +264,11 @@ def _register_commands(command: str | None = None) -> None:
     # isort: on
 
     _registered = True
+
+
+def _takes_script(exc: Exception) -> bool:
+    """Whether the command the parser refused an option of takes a SCRIPT (`submit`, `shell`):
+    only there can an option be meant for the script."""
+    ctx = getattr(exc, "ctx", None)
+    command = getattr(ctx, "command", None)
+    return any(getattr(p, "name", None) == "script" for p in getattr(command, "params", ()))
