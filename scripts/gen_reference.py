@@ -180,8 +180,9 @@ def commands_page() -> str:
         "# Commands and options",
         "",
         "Every command of `clusterjob`, read from its command-line definition. `--debug` "
-        "(or `CLUSTERJOB_DEBUG=1`) is accepted by every command: tracebacks and the debug "
-        "log on stderr. Exit codes: [Exit codes](exit-codes.md); `--json` output: "
+        "(or `CLUSTERJOB_DEBUG=1`) is accepted by every command but the Slurm hooks "
+        "(`prolog`, `task-prolog`, which take exactly what their wrappers pass): tracebacks "
+        "and the debug log on stderr. Exit codes: [Exit codes](exit-codes.md); `--json` output: "
         "[JSON output](json.md).",
         "",
     ]
