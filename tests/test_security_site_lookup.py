@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unix_users import UnixUser, unix_user
+from unix_users import UnixUser, unix_user, user_runtime
 
 REPO = Path(__file__).resolve().parents[1]
 PLANTED = (REPO / "site_configs" / "mllab.yaml").read_text().replace(
@@ -31,7 +31,7 @@ def users() -> Iterator[tuple[UnixUser, UnixUser]]:
 
 
 def clusterjob(user: UnixUser, *args: str, cwd: Path, env: dict[str, str] | None = None):
-    script = REPO / "examples" / "train.py"
+    script = user_runtime().path(REPO / "examples" / "train.py")
     return user.run(
         [
             sys.executable,
@@ -144,6 +144,7 @@ def test_the_users_own_and_roots_site_files_are_read(
     me, _ = users
     mine = their_dir(me, "mine")
     plant(me, mine, "mine.yaml")
-    done = clusterjob(me, *SUBMIT, "--site", spec.format(dir=mine, repo=REPO), cwd=mine)
+    repo = user_runtime().path(REPO)  # the checkout as this user reaches it
+    done = clusterjob(me, *SUBMIT, "--site", spec.format(dir=mine, repo=repo), cwd=mine)
     assert done.returncode == 0, done.stderr
     assert ("PLANTED-BY-ANOTHER-USER" in done.stdout) == ("mine.yaml" in spec)

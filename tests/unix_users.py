@@ -43,6 +43,16 @@ class UserRuntime:
         first, *rest = argv
         return [self.python if first == sys.executable else first, *rest]
 
+    def path(self, path: Path) -> Path:
+        """Where a second user finds ``path`` of the checkout (itself when reachable)."""
+        if not self.paths or not path.is_relative_to(REPO):
+            return path
+        if path == REPO:
+            return Path(self.paths[str(REPO)])
+        top, *rest = path.relative_to(REPO).parts
+        mapped = self.paths.get(str(REPO / top))
+        return Path(mapped, *rest) if mapped else Path(self.paths[str(REPO)], top, *rest)
+
     def env(self, env: dict[str, str]) -> dict[str, str]:
         if "PYTHONPATH" not in env:
             return env
@@ -63,15 +73,12 @@ def user_runtime() -> UserRuntime:
     atexit.register(shutil.rmtree, top, ignore_errors=True)
     top.chmod(0o755)
     copied = runtime.copy_runtime(top / "runtime", extra=("pytest", "hypothesis"))
-    tests = top / "tests"
-    shutil.copytree(REPO / "tests", tests, ignore=shutil.ignore_patterns("__pycache__"))
-    for d in (tests, *(p for p in tests.rglob("*") if p.is_dir())):
-        d.chmod(0o755)
-    paths = {
-        str(REPO): str(copied.src),
-        str(REPO / "tests"): str(tests),
-        "site-packages": str(copied.site_packages),
-    }
+    paths = {str(REPO): str(copied.src), "site-packages": str(copied.site_packages)}
+    for name in ("tests", "examples"):  # what the tests run as a second user, beside the package
+        shutil.copytree(REPO / name, top / name, ignore=shutil.ignore_patterns("__pycache__"))
+        for d in (top / name, *(p for p in (top / name).rglob("*") if p.is_dir())):
+            d.chmod(0o755)
+        paths[str(REPO / name)] = str(top / name)
     return UserRuntime(str(python), paths)
 
 
