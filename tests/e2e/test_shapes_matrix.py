@@ -14,6 +14,7 @@ seeing exactly its GPUs, and one preflight per node.
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 from collections import Counter
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
+from ruamel.yaml import YAML
 
 from clusterjob.jobscript.render import render
 from clusterjob.jobscript.request import JobRequest, resolve
@@ -109,7 +110,7 @@ def _param(shape: Shape) -> object:
 
 def variant_site(sandbox: Sandbox, directory: Path, syntax: str, cpus: str) -> Path:
     """The sandbox's site with another GPU syntax and CPU form (syntax none: see below)."""
-    site = yaml.safe_load(sandbox.site_path.read_text())
+    site = YAML(typ="safe").load(sandbox.site_path.read_text())
     site["gpu_request"]["syntax"] = syntax
     site["gpu_request"]["cpus"] = cpus
     if syntax == "none":
@@ -129,7 +130,9 @@ def variant_site(sandbox: Sandbox, directory: Path, syntax: str, cpus: str) -> P
             }
         }  # fmt: skip
     path = directory / f"site-{syntax}-{cpus}.yaml"
-    path.write_text(yaml.safe_dump(site, sort_keys=False))
+    out = io.StringIO()
+    YAML(typ="safe").dump(site, out)
+    path.write_text(out.getvalue())
     return path
 
 
