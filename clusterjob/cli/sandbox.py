@@ -76,18 +76,32 @@ def up(
         bool, typer.Option(help="Wire clusterjob's Prolog and TaskProlog into slurm.conf.")
     ] = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the daemons.")] = 120,
+    like: Annotated[
+        Optional[str],  # noqa: UP045 (typer on Python 3.10 needs Optional here)
+        typer.Option(
+            "--like",
+            help="A site file (PATH or NAME) whose shape the cluster takes: its node names, "
+            "GPUs per the node map, GRES, features, partitions, accounts and QoS (one node per "
+            "GPU configuration); kept until down --purge.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the local Slurm cluster with stand-in GPUs (as root); a no-op when it runs."""
-    from clusterjob.sandbox import cluster, releases
+    import os
 
+    from clusterjob.sandbox import cluster, releases
+    from clusterjob.site.discovery import find_site
+
+    site_file = None if like is None else find_site(like, environ=os.environ)
     choice = _choose(slurm, state_dir)
     rel = choice.release
     if rel is not None:
-        print(releases.up(rel, hooks=hooks, timeout=timeout, say=_progress), end="")
+        print(releases.up(rel, hooks=hooks, timeout=timeout, say=_progress, like=site_file), end="")
         print(f"# or from the host: clusterjob sandbox exec --slurm {rel.version} -- COMMAND")
         return
     path = choice.state_dir
-    result = cluster.up(path, hooks=hooks, timeout=timeout, say=_progress)
+    result = cluster.up(path, hooks=hooks, timeout=timeout, say=_progress, like=site_file)
     if result.already_up:
         _progress(f"already up in {path}")
     else:

@@ -18,14 +18,17 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterjob.errors import ClusterjobError, UsageError
 from clusterjob.node.wrappers import install_wrappers
-from clusterjob.sandbox import config, host, runtime
-from clusterjob.sandbox.config import SANDBOX_NODES, Layout, Ports
+from clusterjob.sandbox import config, host, runtime, shape
+from clusterjob.sandbox.config import Layout, Ports
+from clusterjob.sandbox.shape import shape_of
+from clusterjob.sandbox.standin import StandinGpu
+from clusterjob.site.model import QosLimits
 
 # Ports come from config.port_range(release): below Linux's ephemeral range (32768-60999),
 # so a client connection's local port can never take a daemon's port between `down` and `up`
@@ -53,9 +56,9 @@ def controller_running(state_dir: Path) -> bool:
     return layout.slurm_conf.exists() and rec is not None and rec.alive()
 
 
-def daemon_names() -> list[str]:
+def daemon_names(layout: Layout) -> list[str]:
     """Every daemon of a sandbox, in start order (``down`` stops them in reverse)."""
-    slurmds = [f"slurmd-{n.name}" for n in SANDBOX_NODES]
+    slurmds = [f"slurmd-{n.name}" for n in shape_of(layout).nodes]
     return ["munged", "mariadb", "slurmdbd", "slurmctld", *slurmds]
 
 
@@ -133,7 +136,7 @@ def status(state_dir: Path) -> SandboxStatus:
     """Which of our daemons run, and what slurmctld says about the nodes."""
     layout = Layout(state_dir)
     daemons = []
-    for name in daemon_names():
+    for name in daemon_names(layout):
         rec = host.read_pid(layout.pid_dir, name)
         daemons.append(
             DaemonStatus(
@@ -152,13 +155,24 @@ def status(state_dir: Path) -> SandboxStatus:
 # --- up --------------------------------------------------------------------------------------
 
 
-def up(state_dir: Path, *, hooks: bool = True, timeout: float = 120, say: Say = _quiet) -> UpResult:
-    """Start whatever of the sandbox is not running; a no-op when all of it is."""
+def up(
+    state_dir: Path,
+    *,
+    hooks: bool = True,
+    timeout: float = 120,
+    say: Say = _quiet,
+    like: Path | None = None,
+) -> UpResult:
+    """Start whatever of the sandbox is not running; a no-op when all of it is. ``like``: a
+    site file whose shape the cluster takes (``clusterjob.sandbox.shape``); a sandbox keeps
+    the shape it was first brought up with until `down --purge`."""
     started = time.monotonic()
     if os.geteuid() != 0:
         raise UsageError("sandbox up must run as root (it starts munged, MariaDB, Slurm daemons)")
     _check_state_dir(state_dir)
     layout = Layout(state_dir)
+    if like is not None:
+        _take_shape(layout, like)
     if layout.pid_dir.is_dir():
         current = status(state_dir)
         if current.up:
@@ -181,6 +195,23 @@ def up(state_dir: Path, *, hooks: bool = True, timeout: float = 120, say: Say = 
     return UpResult(state_dir, False, time.monotonic() - started, final, installed)
 
 
+def _take_shape(layout: Layout, like: Path) -> None:
+    """Record the shape of the site file ``like`` for this sandbox; refused while it runs
+    in another shape."""
+    from clusterjob.site.loader import load_site
+
+    site = load_site(like)
+    wanted = shape.like(site)
+    current = shape_of(layout)
+    if current != wanted and any(r.alive() for r in host.list_pids(layout.pid_dir)):
+        raise UsageError(
+            f"the sandbox in {layout.state_dir} runs in another shape: "
+            f"`clusterjob sandbox down --purge --state-dir {layout.state_dir}` first"
+        )
+    layout.state_dir.mkdir(parents=True, exist_ok=True)
+    shape.record(layout, wanted, like.read_text())
+
+
 def _start(layout: Layout, *, hooks: bool, deadline: float, say: Say) -> None:
     """Every file, then every daemon not running, in order."""
     _make_dirs(layout)
@@ -189,7 +220,7 @@ def _start(layout: Layout, *, hooks: bool, deadline: float, say: Say) -> None:
     _write_files(layout, ports, hooks=hooks, release=release)
     _make_devices(layout)
     _write_standin(layout)
-    host.add_hosts_entry([n.name for n in SANDBOX_NODES], _hosts_marker(layout))
+    host.add_hosts_entry([n.name for n in shape_of(layout).nodes], _hosts_marker(layout))
     _ensure_munged(layout, deadline, say)
     _ensure_mariadb(layout, ports, deadline, say)
     _ensure_slurmdbd(layout, deadline, say)
@@ -261,8 +292,8 @@ def _make_dirs(layout: Layout) -> None:
         layout.pid_dir,
         s / "run",
         s / "slurmctld",
-        *(s / "slurmd" / n.name for n in SANDBOX_NODES),
-        *(layout.dev_dir / n.name for n in SANDBOX_NODES),
+        *(s / "slurmd" / n.name for n in shape_of(layout).nodes),
+        *(layout.dev_dir / n.name for n in shape_of(layout).nodes),
     ):
         d.mkdir(parents=True, exist_ok=True)
         os.chown(d, 0, 0)
@@ -312,7 +343,7 @@ def _choose_ports(layout: Layout, port_range: range) -> Ports:
     with host.exclusive_lock(PORT_CLAIMS / ".lock"):
         taken = _port_claims_of_others(layout.state_dir)
         for base in candidates:
-            ports = Ports.from_base(base)
+            ports = Ports.from_base(base, shape_of(layout).nodes)
             if base in taken:
                 continue
             if (ours_running and base == candidates[0] and saved.exists()) or all(
@@ -358,15 +389,29 @@ def _db_password(layout: Layout) -> str:
     return path.read_text().strip()
 
 
+def _site_text(layout: Layout, cluster_shape: config.ClusterShape) -> str:
+    """The site file clients and the hooks read: the sandbox's own, or the site a shape was
+    made from, pointed at this cluster."""
+    if cluster_shape.like is None:
+        return config.site_yaml(layout)
+    return shape.site_text(layout, str(layout.bin_dir / "clusterjob"), str(layout.prolog_log))
+
+
 def _write_files(layout: Layout, ports: Ports, *, hooks: bool, release: str | None) -> None:
     """Every config, the site YAML first: gres.conf and Gres= are generated from it as loaded;
     cgroup.conf only for the releases that need one (``config.cgroup_conf``)."""
     from clusterjob.site.loader import load_site
 
-    _write(layout.site_yaml, config.site_yaml(layout), 0o644)
-    gres_conf, node_gres = config.gres_from_site(load_site(layout.site_yaml), layout)
+    cluster_shape = shape_of(layout)
+    _write(layout.site_yaml, _site_text(layout, cluster_shape), 0o644)
+    site = load_site(layout.site_yaml)
+    gres_conf, node_gres = config.gres_from_site(site, layout, cluster_shape.nodes)
     _write(layout.gres_conf, gres_conf, 0o644)
-    _write(layout.slurm_conf, config.slurm_conf(layout, ports, node_gres, hooks=hooks), 0o644)
+    # The node checks read NVML: a site shape whose GPUs NVML does not see (AMD's) runs
+    # without the Prolog and TaskProlog, as such a site would (its jobs' preflight warns).
+    checked = cluster_shape.like is None or bool(cluster_shape.nvml)
+    conf = config.slurm_conf(layout, ports, node_gres, hooks=hooks and checked, shape=cluster_shape)
+    _write(layout.slurm_conf, conf, 0o644)
     _write(layout.job_submit_lua, config.JOB_SUBMIT_LUA, 0o644)
     cgroup = config.cgroup_conf(release)
     if cgroup is None:
@@ -457,7 +502,7 @@ def _isolated_python_imports_us() -> bool:
 
 def _make_devices(layout: Layout) -> None:
     """gres.conf File= must name character devices: mknod them (the null device's numbers)."""
-    for node in SANDBOX_NODES:
+    for node in shape_of(layout).nodes:
         for dev in layout.devices(node):
             dev.parent.mkdir(exist_ok=True)  # nvidia-caps/ of a node with MIG slices
             if dev.exists() and stat.S_ISCHR(dev.stat().st_mode):
@@ -471,21 +516,54 @@ def _write_standin(layout: Layout) -> None:
     from clusterjob.sandbox import standin
 
     standin.build_standin_library(layout.lib_dir)
-    makers = {"A100": standin.a100, "V100": standin.v100, "H100": standin.h100}
-    for node in SANDBOX_NODES:
-        gpus = tuple(
-            makers[g.model](g.bus_id, i, node=node.name, **_mig(node.name, i, g.mig))
-            for i, g in enumerate(node.physical)
-        )
-        for gpu, want in zip(gpus, node.physical, strict=True):  # as the site YAML names them
-            if gpu.name != config.MODELS[want.model].nvml_name:
-                raise ClusterjobError(
-                    f"stand-in {want.model} is called {gpu.name!r}, "
-                    f"the sandbox site expects {config.MODELS[want.model].nvml_name!r}"
-                )
+    cluster_shape = shape_of(layout)
+    for node in cluster_shape.nodes:
+        own = cluster_shape.like is None
+        gpus = _standin_own(node) if own else _standin_like(node, cluster_shape.nvml)
         path = standin.write_scenario(layout.scenario(node.name), standin.StandinScenario(gpus))
         os.chown(path, 0, 0)
         path.chmod(0o644)
+
+
+def _standin_own(node: config.SandboxNode) -> tuple[StandinGpu, ...]:
+    """The sandbox's own node's GPUs, each of its model's maker."""
+    from clusterjob.sandbox import standin
+
+    makers = {"A100": standin.a100, "V100": standin.v100, "H100": standin.h100}
+    gpus = tuple(
+        makers[g.model](g.bus_id, i, node=node.name, **_mig(node.name, i, g.mig))
+        for i, g in enumerate(node.physical)
+    )
+    for gpu, want in zip(gpus, node.physical, strict=True):  # as the site YAML names them
+        if gpu.name != config.MODELS[want.model].nvml_name:
+            raise ClusterjobError(
+                f"stand-in {want.model} is called {gpu.name!r}, "
+                f"the sandbox site expects {config.MODELS[want.model].nvml_name!r}"
+            )
+    return gpus
+
+
+def _standin_like(
+    node: config.SandboxNode, nvml: Mapping[str, tuple[str, int]]
+) -> tuple[StandinGpu, ...]:
+    """A site-shaped node's GPUs as its node map says them, named as the site's models'
+    first NVML names; GPUs NVML does not see (AMD's) are left out. All NVLinks up: a map
+    that asks for some finds them."""
+    from clusterjob.sandbox import standin
+
+    return tuple(
+        standin.gpu_named(
+            nvml[g.model][0],
+            nvml[g.model][1],
+            g.bus_id,
+            i,
+            node=node.name,
+            nvlinks=18,
+            **_mig(node.name, i, g.mig),
+        )  # fmt: skip
+        for i, g in enumerate(node.physical)
+        if g.model in nvml
+    )
 
 
 def _mig(node: str, index: int, profiles: tuple[str, ...]) -> dict[str, object]:
@@ -676,32 +754,51 @@ def _sacctmgr(layout: Layout, *args: str) -> str:
 
 
 def _register_accounting(layout: Layout) -> None:
-    """The cluster, an account and root's association, so jobs run under accounting."""
-    name, account = config.CLUSTER_NAME, config.ACCOUNT
+    """The cluster, its accounts (the sandbox's, and a site shape's) with root in each, and a
+    site shape's QoS with their limits, so jobs run under accounting."""
+    cluster_shape = shape_of(layout)
+    name = cluster_shape.cluster_name
     if name not in _sacctmgr(layout, "list", "cluster", "format=cluster").split():
         _sacctmgr(layout, "add", "cluster", name)
-    if account not in _sacctmgr(layout, "list", "account", account, "format=account").split():
-        _sacctmgr(
-            layout,
-            "add",
-            "account",
-            account,
-            f"cluster={name}",
-            "description=clusterjob sandbox",
-            "organization=clusterjob",
-        )
-    if not _sacctmgr(
-        layout, "list", "assoc", "user=root", f"account={account}", f"cluster={name}", "format=user"
-    ):
-        _sacctmgr(
-            layout,
-            "add",
-            "user",
-            "root",
-            f"account={account}",
-            f"cluster={name}",
-            f"defaultaccount={account}",
-        )
+    for account in cluster_shape.accounts:
+        if account not in _sacctmgr(layout, "list", "account", account, "format=account").split():
+            _sacctmgr(
+                layout,
+                "add",
+                "account",
+                account,
+                f"cluster={name}",
+                "description=clusterjob sandbox",
+                "organization=clusterjob",
+            )
+        if not _sacctmgr(
+            layout, "list", "assoc", "user=root", f"account={account}", f"cluster={name}",
+            "format=user",
+        ):  # fmt: skip
+            _sacctmgr(
+                layout,
+                "add",
+                "user",
+                "root",
+                f"account={account}",
+                f"cluster={name}",
+                f"defaultaccount={config.ACCOUNT}",
+            )
+    for qos in cluster_shape.qos:
+        if qos.name not in _sacctmgr(layout, "list", "qos", "format=name").split():
+            _sacctmgr(layout, "add", "qos", qos.name, *_qos_limits(qos))
+            _sacctmgr(layout, "modify", "user", "root", "set", f"qos+={qos.name}")
+
+
+def _qos_limits(qos: QosLimits) -> list[str]:
+    """sacctmgr's words for a QoS's limits (what `qos:` of the site file gives)."""
+    per_job = [
+        f"{what}={n}"
+        for what, n in (("gres/gpu", qos.max_gpus_per_job), ("node", qos.max_nodes))
+        if n is not None
+    ]
+    limits = [f"MaxWall={qos.max_time}"] if qos.max_time else []
+    return limits + ([f"MaxTRESPerJob={','.join(per_job)}"] if per_job else [])
 
 
 def _ensure_slurmctld(layout: Layout, deadline: float, say: Say) -> None:
@@ -727,7 +824,7 @@ REGISTER_GRACE_S = 5.0
 def _ensure_slurmds(layout: Layout, deadline: float, say: Say) -> None:
     env = _slurm_env(layout)
     records = []
-    for node in SANDBOX_NODES:
+    for node in shape_of(layout).nodes:
         rec = _running(layout, f"slurmd-{node.name}")
         started = 0.0  # a slurmd already running has registered before
         if rec is None:
@@ -830,7 +927,7 @@ def down(
     ctld = _running(layout, "slurmctld")
     if ctld is not None:
         _cancel_jobs(layout)
-    for name in reversed(daemon_names()):
+    for name in reversed(daemon_names(layout)):
         rec = host.read_pid(layout.pid_dir, name)
         if rec is None:
             continue

@@ -14,14 +14,14 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clusterjob import envvars
 from clusterjob.node.wrappers import HookWrappers
 from clusterjob.sandbox import runtime
 from clusterjob.site import admin
-from clusterjob.site.model import NodeMap, Site
+from clusterjob.site.model import NodeMap, QosLimits, Site
 
 CLUSTER_NAME = "sandbox"
 ACCOUNT = "sandbox"
@@ -160,6 +160,43 @@ PARTITIONS: dict[str, tuple[str, bool]] = {
 
 
 @dataclass(frozen=True)
+class PartitionShape:
+    name: str
+    hostlist: str
+    default: bool
+    max_time: str = "2-00:00:00"
+    exclusive: bool = False  # whole nodes, with all their GPUs (OverSubscribe=EXCLUSIVE)
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """What a sandbox cluster is: its nodes (GPUs as the node map says them and as NVML will
+    show them), partitions, GRES types, node features, accounts and QoS. The sandbox's own
+    (``DEFAULT_SHAPE``, from the tables above), or one made from a site file
+    (``clusterjob.sandbox.shape``, `sandbox up --like SITE`)."""
+
+    nodes: tuple[SandboxNode, ...]
+    partitions: tuple[PartitionShape, ...]
+    gres_types: tuple[str, ...]
+    # model -> (NVML name, memory in bytes) for the stand-in; empty: the sandbox's own makers
+    nvml: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    features: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # node -> features
+    type_required: bool = True  # job_submit/lua refuses a GPU request without a type
+    accounts: tuple[str, ...] = (ACCOUNT,)
+    qos: tuple[QosLimits, ...] = ()
+    like: str | None = None  # the site file it was made from
+    cluster_name: str = CLUSTER_NAME  # Slurm's ClusterName: a site shape's is the site's
+
+
+DEFAULT_SHAPE = ClusterShape(
+    SANDBOX_NODES,
+    tuple(PartitionShape(n, hosts, default) for n, (hosts, default) in PARTITIONS.items()),
+    tuple(m.gres_type for m in MODELS.values()),
+)
+MAX_NODES = 8  # a block of ports holds 10 slurmds; the machine's cores run 8 well enough
+
+
+@dataclass(frozen=True)
 class Ports:
     """TCP ports of one sandbox; a block nothing else on the machine uses."""
 
@@ -169,10 +206,8 @@ class Ports:
     slurmd: dict[str, int]
 
     @classmethod
-    def from_base(cls, base: int) -> Ports:
-        return cls(
-            base, base + 1, base + 2, {n.name: base + 10 + i for i, n in enumerate(SANDBOX_NODES)}
-        )
+    def from_base(cls, base: int, nodes: tuple[SandboxNode, ...] = SANDBOX_NODES) -> Ports:
+        return cls(base, base + 1, base + 2, {n.name: base + 10 + i for i, n in enumerate(nodes)})
 
     def all(self) -> list[int]:
         return [self.slurmctld, self.slurmdbd, self.mariadb, *self.slurmd.values()]
@@ -280,29 +315,51 @@ class Layout:
         out = [self.device(node.name, i) for i in range(len(node.mapped))]
         for i, gpu in enumerate(node.mapped):
             for text in gpu.mig:
+                if "@" not in text:  # no GPU instance in the map: gres.conf autodetects it
+                    continue
                 minors = admin.mig_cap_minors(i, int(text.partition("@")[2]))
                 out += [self.dev_dir / node.name / "nvidia-caps" / f"nvidia-cap{n}" for n in minors]
+        # an AMD GPU's render node (a site shape's, `up --like`): its index from 128
+        out += [self.dev_dir / node.name / f"renderD{128 + i}" for i in range(len(node.mapped))]
         return out
 
 
-def gres_from_site(site: Site, layout: Layout) -> tuple[str, dict[str, str]]:
+def gres_from_site(
+    site: Site, layout: Layout, nodes: tuple[SandboxNode, ...] = SANDBOX_NODES
+) -> tuple[str, dict[str, str]]:
     """gres.conf and each node's ``Gres=`` value, from the site's node map (through the same
-    admin helpers a real site uses); one device folder per node (``dev/<node>/nvidiaN``)."""
+    admin helpers a real site uses) for the sandbox's ``nodes``; one device folder per node
+    (``dev/<node>/nvidiaN``)."""
     lines = ["# Written by `clusterjob sandbox up` from site.yaml; regenerated on every start."]
+    names = {n.name for n in nodes}
     for node, gpus in site.node_map.nodes.items():
+        if node not in names:
+            continue
+        # MIG slices the map gives without GPU instances are the stand-in's 1, 2, ...
+        # (Slurm's NVML autodetection cannot see the stand-in)
+        gpus = tuple(
+            replace(g, mig_gi=tuple(range(1, len(g.mig) + 1))) if g.mig and not g.mig_gi else g
+            for g in gpus
+        )
         one_node = replace(site, node_map=NodeMap({node: gpus}))
-        lines += admin.gres_conf_lines(one_node, f"{layout.dev_dir / node}/nvidia")
+        where = layout.dev_dir / node
+        lines += admin.gres_conf_lines(one_node, f"{where}/nvidia", f"{where}/renderD")
     return "\n".join(lines) + "\n", admin.node_gres_strings(site)
 
 
 def slurm_conf(
-    layout: Layout, ports: Ports, node_gres: Mapping[str, str], *, hooks: bool = True
+    layout: Layout,
+    ports: Ports,
+    node_gres: Mapping[str, str],
+    *,
+    hooks: bool = True,
+    shape: ClusterShape = DEFAULT_SHAPE,
 ) -> str:
     """slurm.conf: accounting through our slurmdbd, munge on our socket, one line per node."""
     s = layout.state_dir
     lines = [
         "# Written by `clusterjob sandbox up`; regenerated on every start.",
-        f"ClusterName={CLUSTER_NAME}",
+        f"ClusterName={shape.cluster_name}",
         "SlurmctldHost=localhost",
         f"SlurmctldPort={ports.slurmctld}",
         f"AuthInfo=socket={layout.munge_socket}",
@@ -324,7 +381,7 @@ def slurm_conf(
         "SlurmdParameters=config_overrides",
         f"GresTypes=gpu,{COUNT_ONLY_GRES.split(':', 1)[0]}",
         # A site rule as real sites write it (job_submit/lua): a GPU request must name a type.
-        "JobSubmitPlugins=lua",
+        *(["JobSubmitPlugins=lua"] if shape.type_required else []),
         "MpiDefault=none",
         "ReturnToService=2",
         "MinJobAge=3600",
@@ -338,22 +395,27 @@ def slurm_conf(
         # For the slurmdbd storage type this names the munge socket clients authenticate with.
         f"AccountingStoragePass={layout.munge_socket}",
         "AccountingStorageTRES=gres/gpu,"
-        + ",".join(f"gres/gpu:{m.gres_type}" for m in MODELS.values()),
+        + ",".join(f"gres/gpu:{t}" for t in dict.fromkeys(shape.gres_types)),
         "PrologFlags=Alloc",
     ]
     if hooks:
         wrappers = hook_wrappers(layout)
         lines += [f"Prolog={wrappers.prolog}", f"TaskProlog={wrappers.task_prolog}"]
-    for node in SANDBOX_NODES:
+    for node in shape.nodes:
+        gres = ",".join(g for g in (node_gres.get(node.name, ""), COUNT_ONLY_GRES) if g)
+        features = shape.features.get(node.name, ())
         lines.append(
             f"NodeName={node.name} NodeAddr=127.0.0.1 NodeHostname=localhost"
             f" Port={ports.slurmd[node.name]} CPUs={node.cpus} RealMemory={node.memory_mb}"
-            f" Gres={node_gres[node.name]},{COUNT_ONLY_GRES} State=UNKNOWN"
+            + (f" Features={','.join(features)}" if features else "")
+            + f" Gres={gres} State=UNKNOWN"
         )
-    for name, (hostlist, default) in PARTITIONS.items():
+    for part in shape.partitions:
         lines.append(
-            f"PartitionName={name} Nodes={hostlist} Default={'YES' if default else 'NO'}"
-            " MaxTime=2-00:00:00 State=UP"
+            f"PartitionName={part.name} Nodes={part.hostlist} "
+            f"Default={'YES' if part.default else 'NO'} MaxTime={part.max_time}"
+            + (" OverSubscribe=EXCLUSIVE" if part.exclusive else "")
+            + " State=UP"
         )
     return "\n".join(lines) + "\n"
 

@@ -382,14 +382,26 @@ def exec_inside(rel: Release, argv: Sequence[str], cwd: Path) -> int:
 # --- up and down -------------------------------------------------------------------------------
 
 
-def up(rel: Release, *, hooks: bool = True, timeout: float = 120, say: Say = _quiet) -> str:
-    """Root, mounts, venv, then ``clusterjob sandbox up`` inside; what that printed."""
+def up(
+    rel: Release,
+    *,
+    hooks: bool = True,
+    timeout: float = 120,
+    say: Say = _quiet,
+    like: Path | None = None,
+) -> str:
+    """Root, mounts, venv, then ``clusterjob sandbox up`` inside; what that printed. ``like``:
+    a site file, copied into the release's state dir (seen inside) for `up --like`."""
     if os.geteuid() != 0:
         raise UsageError("sandbox up must run as root (it builds a root file system, mounts)")
     ensure_root(rel, say)
     mount(rel)
     ensure_venv(rel, say)
     argv = ["clusterjob", "sandbox", "up", "--state-dir", str(rel.state_dir)]
+    if like is not None:
+        given = rel.state_dir / "like-given.yaml"
+        shutil.copyfile(like, given)
+        argv += ["--like", str(given)]
     argv += [] if hooks else ["--no-hooks"]
     argv += ["--timeout", str(timeout)]
     say(f"starting the Slurm {rel.version} sandbox inside the {rel.suite} root")

@@ -340,6 +340,13 @@ def _make(
     return replace(gpu, **overrides) if overrides else gpu
 
 
+def gpu_named(
+    name: str, memory: int, bus_id: str, index: int, *, node: str = "", **overrides: Any
+) -> StandinGpu:
+    """A GPU NVML calls ``name`` with ``memory`` bytes (a site's model, `sandbox up --like`)."""
+    return _make(name, memory, bus_id, index, node, overrides)
+
+
 def a100(bus_id: str, index: int, *, node: str = "", **overrides: Any) -> StandinGpu:
     """An A100 SXM4 80GB (12 NVLinks); UUID and serial derive from node and bus ID."""
     overrides = {"nvlinks": 12, **overrides}

@@ -119,7 +119,9 @@ def mig_cap_minors(gpu_minor: int, gpu_instance: int, compute_instance: int = 0)
     return gi, gi + 1 + compute_instance
 
 
-def gres_conf_lines(site: Site, device_prefix: str = "/dev/nvidia") -> list[str]:
+def gres_conf_lines(
+    site: Site, device_prefix: str = "/dev/nvidia", render_prefix: str | None = None
+) -> list[str]:
     """gres.conf lines, e.g. ``NodeName=gpu[01-04] Name=gpu Type=a100 File=/dev/nvidia[0-1]``.
 
     A MIG slice is one record of its own: ``MultipleFiles=`` with its GPU's device file and the
@@ -160,7 +162,7 @@ def gres_conf_lines(site: Site, device_prefix: str = "/dev/nvidia") -> list[str]
                         "(or AutoDetect=rsmi)"
                     )
                 prefix, first, last = (
-                    AMD_RENDER_PREFIX,
+                    render_prefix or AMD_RENDER_PREFIX,
                     first + AMD_RENDER_BASE,
                     last + AMD_RENDER_BASE,
                 )
