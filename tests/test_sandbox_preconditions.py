@@ -80,3 +80,17 @@ def test_a_state_dir_on_a_full_disk_is_refused_before_anything_starts(
     with pytest.raises(UsageError, match=r"100 MiB free on .*; the sandbox needs 512 MiB"):
         cluster.up(state)
     assert not state.exists()
+
+
+def test_a_release_that_needs_cgroups_without_them_is_refused_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(UsageError) as caught:
+        cluster._check_cgroups("22.05", tmp_path)  # a directory, no file system mounted there
+    assert str(caught.value) == (
+        f"Slurm 22.05's slurmd needs a cgroup file system and none is mounted on {tmp_path}: "
+        f"mount one (mount -t cgroup2 none {tmp_path}) or run a release that can do without "
+        "(sandbox up --slurm 24.11)"
+    )
+    cluster._check_cgroups("24.11", tmp_path)  # told CgroupPlugin=disabled
+    cluster._check_cgroups("22.05", Path("/proc"))  # a mounted file system: let slurmd judge

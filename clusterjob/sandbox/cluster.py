@@ -183,6 +183,7 @@ def up(
     if installed:
         say(f"installing {' '.join(installed)} (apt-get)")
         host.install_packages(installed)
+    _check_cgroups(slurm_release())
 
     running = {r.name for r in host.list_pids(layout.pid_dir) if r.alive()}
     had_hosts_line = host.has_hosts_entry(_hosts_marker(layout))
@@ -271,6 +272,24 @@ def _check_state_dir(state_dir: Path) -> None:
             "mysql daemons and other users' jobs cannot reach it; use a directory they can "
             f"(the default is {config.DEFAULT_STATE_DIR})"
         )
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _check_cgroups(release: str | None, root: Path | None = None) -> None:
+    """A release that cannot be told ``CgroupPlugin=disabled`` (before 24.05) needs a cgroup
+    file system: said before anything starts (slurmd used to fail late, its log's
+    "No filesystem mounted on /sys/fs/cgroup" hidden behind "slurmd initialization failed",
+    in a container or a minimal root)."""
+    root = root or CGROUP_ROOT
+    if release is None or config.cgroup_conf(release) is not None or os.path.ismount(root):
+        return
+    raise UsageError(
+        f"Slurm {release}'s slurmd needs a cgroup file system and none is mounted on {root}: "
+        f"mount one (mount -t cgroup2 none {root}) or run a release that can do without "
+        "(sandbox up --slurm 24.11)"
+    )
 
 
 def _hosts_marker(layout: Layout) -> str:
