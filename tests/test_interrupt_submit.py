@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,17 @@ from clusterjob.slurm.commands import SlurmClient
 from clusterjob.slurm.runner import Runner, SlurmResult
 
 TRAIN = str(Path(__file__).resolve().parents[1] / "examples" / "train.py")
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own SIGINT handler, as in a terminal's foreground job: a test run started in
+    the background (a CI script's `&`) inherits SIGINT ignored, and Python then installs none."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture

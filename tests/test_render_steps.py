@@ -74,7 +74,7 @@ EXPECTED = {
     "--gpus-per-node=a100:2 --cpus-per-task=16",
     ("gpus", "cpus-per-gpu", "srun"): "--nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus=a100:4",
     ("gpus-per-task", "cpus-per-gpu", "torchrun"): "--nodes=2 --ntasks=2 --ntasks-per-node=1 "
-    "--gpus-per-node=a100:2 --cpus-per-task=16",
+    "--gpus-per-node=a100:2 --gpu-bind=none --cpus-per-task=16",
     ("gpus-per-task", "cpus-per-task", "srun"): "--nodes=2 --ntasks=4 --ntasks-per-node=2 "
     "--gpus-per-task=a100:1 --gpu-bind=per_task:1 --cpus-per-task=8",
 }
@@ -140,7 +140,7 @@ def test_a_single_node_container_step_gets_the_node_gpus_and_cpus() -> None:
     assert step == (
         ("SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK"),
         ["--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--gpus-per-node=a100:4",
-         "--cpus-per-task=32", "--container-image=nvcr.io#nvidia/pytorch"],
+         "--gpu-bind=none", "--cpus-per-task=32", "--container-image=nvcr.io#nvidia/pytorch"],
     )  # fmt: skip
 
 

@@ -52,6 +52,8 @@ def shell_session(
         options.append(f"--partition={job.partition.name}")
     one_task = step(site, job, 1)
     options += list(one_task.options)
+    # what the site's syntax adds beside the GPUs (a model's --constraint), as the batch has it
+    options += [o for o in job.gres.options if o.startswith("--constraint=")]
     per_task = any(o.startswith("--cpus-per-task=") for o in one_task.options)
     for name, value in (
         ("cpus-per-gpu", None if per_task else job.cpus_per_gpu),

@@ -61,8 +61,14 @@ def _start(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "clusterjob", *args],
         env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=_sigint_default,
     )  # fmt: skip
+
+
+def _sigint_default() -> None:
+    """SIGINT as a terminal's foreground job has it: a test run started in the background (a
+    CI script's `&`) passes SIGINT on ignored, and Python then installs no handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 120) -> None:

@@ -153,6 +153,8 @@ def test_whole_node_job_without_gpu_option(cj: Cli, sandbox: Sandbox, tmp_path: 
     for wanted in ("--ntasks-per-node=2", "--cpus-per-task=1", "--exclusive"):
         assert f"#SBATCH {wanted}" in lines, lines
     fields, out = _completed(cj, sandbox, site, "-A", "sandbox")
-    assert "gres/gpu=8" in fields.get("TRES", ""), fields  # the node's GPUs, given whole
+    # the node's GPUs, given whole (scontrol says TRES= on 22.05, AllocTRES= from 24.11)
+    allocated = fields.get("AllocTRES") or fields.get("TRES", "")
+    assert "gres/gpu=8" in allocated, fields
     assert "preflight h1: OK (8 GPU slot(s))" in out, out  # the GPUs Slurm gave, checked
     assert out.count("tasks=2 cpus=1") == 2, out

@@ -20,7 +20,7 @@ export CLUSTERJOB_SITE=<repo>/site_configs/perlmutter.yaml
 python=/usr/bin/python3
 
 # Preflight: check this job's GPUs against the site's node map before training starts.
-env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=128 <sys.executable> -m clusterjob preflight
+env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --gpu-bind=none --cpus-per-task=128 <sys.executable> -m clusterjob preflight
 
 # srun starts 4 task(s) on each node; SLURM_PROCID is each one's rank,
 # and the number its lines start with (--label; `clusterjob logs JOB --rank N`).

@@ -20,7 +20,7 @@ export CLUSTERJOB_SITE=<repo>/site_configs/perlmutter.yaml
 python=/usr/bin/python3
 
 # Preflight: check this job's GPUs against the site's node map before training starts.
-env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=128 <sys.executable> -m clusterjob preflight
+env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --gpu-bind=none --cpus-per-task=128 <sys.executable> -m clusterjob preflight
 
 # torchrun with a static rendezvous on the first node of the job. Its address comes from
 # Slurm (NodeAddr), so it also works where several nodes share one host.
@@ -32,6 +32,6 @@ export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 # --label): `clusterjob logs JOB --rank N` or `--node NAME` picks them out.
 export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]: '
 # One torchrun per node; it starts one worker per GPU. "$0" is the interpreter below.
-exec env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --cpus-per-task=128 --label --kill-on-bad-exit=1 \
+exec env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --gpu-bind=none --cpus-per-task=128 --label --kill-on-bad-exit=1 \
     bash -c 'exec "$0" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=4 --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" --tee=3 "$@"' \
     "$python" train.py

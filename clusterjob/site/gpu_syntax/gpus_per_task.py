@@ -42,9 +42,11 @@ class GpusPerTask(GpuRequestSyntax):
     ) -> tuple[str, ...]:
         """Tasks that split the node's GPUs get theirs each, bound explicitly (22.05 left
         CUDA_VISIBLE_DEVICES unset for a typed --gpus-per-task step without --gpu-bind); one
-        task per node gets them all per node (a step may not ask more per task than the job)."""
+        task per node gets them all per node (a step may not ask more per task than the job),
+        unbound: 26.05 binds such a task to one GPU, the job's per-task count, unless told
+        --gpu-bind=none (seen: CUDA_VISIBLE_DEVICES=2 of the node's 2,3)."""
         typed = type_prefix(gres_type)
         if tasks > 1 and gpus % tasks == 0:
             each = gpus // tasks
             return (f"--gpus-per-task={typed}{each}", f"--gpu-bind=per_task:{each}")
-        return (f"--gpus-per-node={typed}{gpus}",)
+        return (f"--gpus-per-node={typed}{gpus}", "--gpu-bind=none")
