@@ -66,7 +66,8 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         "--container-mounts=/a:/b",
     ),
     "apptainer": ({"apptainer": "img.sif"}, "apptainer exec --nv"),
-    "python": ({"python": "/usr/bin/python3"}, "python=/usr/bin/python3"),
+    # not a Python clusterjob would choose itself (the machine's python3 may be /usr/bin's)
+    "python": ({"python": "{dir}/own/python3"}, "python={dir}/own/python3"),
     "venv": ({"venv": "{dir}/venv"}, "export VIRTUAL_ENV={dir}/venv"),
     "conda": ({"conda": "myenv"}, "activate myenv"),
     "sweep": ({"sweep": ["lr=1,2"]}, "1) task_args=(--lr=2) ;;"),
@@ -104,6 +105,8 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "site.yaml").write_text(site)
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "python3").symlink_to(sys.executable)
     (tmp_path / "params.txt").write_text("--a 1\n--a 2\n")
     conda = tmp_path / "conda"
     conda.write_text("#!/bin/sh\nexit 0\n")

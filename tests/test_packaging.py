@@ -32,7 +32,10 @@ SOURCES = (
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "UV_"))}
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "UV_"))}
+    # uv (pipx's installer where present) trusts the system's CA store, as pip does: a machine
+    # whose registry proxy's CA is only there (no SSL_CERT_FILE) refused it otherwise
+    return {**kept, "UV_NATIVE_TLS": "1"}
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
