@@ -195,10 +195,7 @@ def wheel_of_running(directory: Path) -> Path:
     dist = metadata.distribution(DISTRIBUTION)
     version = dist.version
     info = f"clusterjob_slurm-{version}.dist-info"
-    entries: list[tuple[str, bytes]] = []
-    for source in sorted(PACKAGE_DIR.rglob("*")):
-        if source.is_file() and "__pycache__" not in source.parts:
-            entries.append((source.relative_to(PACKAGE_DIR.parent).as_posix(), source.read_bytes()))
+    entries = [(r.as_posix(), s.read_bytes()) for s, r in _package_files(PACKAGE_DIR.parent)]
     for name in ("METADATA", "entry_points.txt"):
         text = dist.read_text(name)
         if text is not None:
