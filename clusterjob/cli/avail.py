@@ -26,7 +26,9 @@ def avail(
     """Free GPUs by model and partition now (drained/down nodes left out, and named)."""
     from clusterjob.jobs.avail import availability, format_availability
 
-    result = availability(load_site(site), model=model, gpus=gpus, partition=partition)
+    result = availability(
+        load_site(site, describe=True), model=model, gpus=gpus, partition=partition
+    )
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

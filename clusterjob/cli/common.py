@@ -69,20 +69,34 @@ def slurm_cluster_name(budget: float | None = None) -> str:
     return SlurmClient(Runner(budget=budget)).cluster_name()
 
 
-def find_site_file(spec: str | None, *, slurm_budget: float | None = None) -> Path:
-    """The site config file for ``--site`` (a name or a file), else the one discovery finds."""
+def find_site_file(
+    spec: str | None, *, slurm_budget: float | None = None, describe: bool = False
+) -> Path:
+    """The site config file for ``--site`` (a name or a file), else the one discovery finds;
+    with ``describe``, at last the cluster as ``site init`` describes it (cached)."""
     from clusterjob.site.discovery import find_site
 
+    def described(name: str) -> Path:
+        from clusterjob.site.initcache import described_site_file
+
+        return described_site_file(name)
+
     return find_site(
-        spec, environ=os.environ, cluster_name=lambda: slurm_cluster_name(slurm_budget)
+        spec,
+        environ=os.environ,
+        cluster_name=lambda: slurm_cluster_name(slurm_budget),
+        describe=described if describe else None,
     )
 
 
-def load_site(spec: str | None, *, slurm_budget: float | None = None) -> Site:
-    """The site of a command that works with Slurm: ``--site`` or the discovery order."""
+def load_site(
+    spec: str | None, *, slurm_budget: float | None = None, describe: bool = False
+) -> Site:
+    """The site of a command that works with Slurm: ``--site`` or the discovery order (with
+    ``describe``: a job command's, which falls back on ``site init``'s description)."""
     from clusterjob.site.sitecache import load_site as load_file
 
-    return load_file(find_site_file(spec, slurm_budget=slurm_budget))
+    return load_file(find_site_file(spec, slurm_budget=slurm_budget, describe=describe))
 
 
 def load_named_site(spec: str | None) -> Site | None:

@@ -150,6 +150,69 @@ def probe(
     print(entry_yaml(probed), end="")
 
 
+@site_app.command("init")
+def init(
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the site file here (default: print it)."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the --out file if it exists.")
+    ] = False,
+    diff: Annotated[
+        Path | None,
+        typer.Option(
+            "--diff",
+            help="Compare the cluster's description with this site file: print each "
+            "difference in models, GRES types, partitions, limits and syntax (exit 1 if any).",
+        ),
+    ] = None,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe",
+            help="Ask sbatch --test-only which GPU request forms the cluster takes (no job is "
+            "created).",
+        ),
+    ] = False,
+    name: Annotated[
+        str | None, typer.Option("--name", help="The site's name (default: Slurm's ClusterName).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Describe the live cluster as a commented site file (models, partitions, limits, QoS),
+    for a cluster that has none; at most four Slurm calls."""
+    from clusterjob.site.init import init_record, init_site, write_site
+
+    result = init_site(name=name, probe=probe)
+    for issue in result.issues:  # warnings only: a file the loader refuses is an error
+        print(issue, file=sys.stderr)
+    differences = []
+    if diff is not None:
+        from clusterjob.site.compare import compare_sites
+        from clusterjob.site.loader import load_site as load_file
+
+        assert result.site is not None
+        differences = compare_sites(load_file(diff), result.site)
+    if out is not None:
+        write_site(out, result.text, force=force)
+        print(
+            f"{out}: site {result.plan.site} written ({len(result.plan.models)} models, "
+            f"{len(result.plan.partitions)} partitions; {result.facts.calls} Slurm calls)",
+            file=sys.stderr,
+        )
+    if as_json:
+        print(json.dumps(init_record(result, differences), indent=2))
+    elif diff is not None:
+        for d in differences:
+            print(d.said(str(diff), "the cluster"))
+        print(f"{diff} and the live cluster: {len(differences)} differences")
+    elif out is None:
+        print(result.text, end="")
+    if differences:
+        raise typer.Exit(1)
+
+
 @site_app.command("diff")
 def diff(
     site: SiteOption = None,

@@ -2,11 +2,12 @@
 
 1. ``--site PATH|NAME``  2. ``$CLUSTERJOB_SITE`` (PATH|NAME)  3. ``~/.config/clusterjob/site.yaml``
 4. ``/etc/clusterjob/site.yaml``  5. the known site file whose ``cluster_name`` is this
-cluster's Slurm ClusterName. A NAME is looked up as ``NAME.yaml`` in the user's sites
-directory, ``/etc/clusterjob/sites/``, then the example sites shipped with clusterjob, and
-nowhere else (never the current directory). A spec that names nothing is an error, not a
-reason to fall through to the next source: a typo must not silently select another cluster's
-config.
+cluster's Slurm ClusterName  6. (for the commands that pass ``describe``) the cluster as
+``clusterjob site init`` describes it, cached per user and cluster. A NAME is looked up as
+``NAME.yaml`` in the user's sites directory, ``/etc/clusterjob/sites/``, then the example
+sites shipped with clusterjob, and nowhere else (never the current directory). A spec that
+names nothing is an error, not a reason to fall through to the next source: a typo must not
+silently select another cluster's config.
 
 A site file's ``job.setup`` lines go into every job script, so a PATH is read only where no
 one but the user and root could have written it: the file and its directory owned by the
@@ -134,11 +135,13 @@ def find_site(
     environ: Mapping[str, str],
     cluster_name: Callable[[], str | None] | str | None = None,
     etc_dir: Path = ETC_DIR,
+    describe: Callable[[str], Path] | None = None,
 ) -> Path:
     """The site config file to use here; raises SiteNotFound saying everything it tried.
 
     ``cluster_name`` returns Slurm's ClusterName (asked only when nothing else matched);
-    a plain string is accepted too, for callers that already know it.
+    a plain string is accepted too, for callers that already know it. ``describe``, the last
+    step: the file describing a cluster no site file declares (``site.initcache``).
     """
     if spec:
         return _resolve_spec(spec, "--site", environ, etc_dir)
@@ -165,6 +168,11 @@ def find_site(
                 return path
         dirs = ", ".join(str(d) for d in site_dirs(environ, etc_dir))
         tried.append(f"a site with cluster_name {name} in {dirs}")
+        if describe is not None:
+            try:
+                return describe(name)
+            except ClusterjobError as exc:
+                tried.append(f"`clusterjob site init` of {name} ({exc})")
     elif not any(t.startswith("Slurm ClusterName") for t in tried):
         tried.append("Slurm ClusterName (unknown)")
     raise SiteNotFound(

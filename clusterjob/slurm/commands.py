@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterjob.errors import (
     SlurmError,
@@ -27,6 +28,9 @@ from clusterjob.slurm.parse import (
     SubmittedJobId,
 )
 from clusterjob.slurm.runner import Runner
+
+if TYPE_CHECKING:
+    from clusterjob.slurm.describe import QosRecord
 
 COMMENT_PREFIX = "clusterjob:"  # render writes `#SBATCH --comment=clusterjob:<token>`
 SBATCH_TIMEOUT = 30.0  # one sbatch attempt: three MessageTimeouts of a busy controller
@@ -257,9 +261,19 @@ class SlurmClient:
         person decides when it ends. On a remote cluster: ``ssh -t`` to the login node."""
         return self.runner.transport.interactive(["srun", "--pty", *options, *command], env)
 
+    def config(self) -> dict[str, str]:
+        """``scontrol show config`` as name -> value."""
+        return parse.parse_scontrol_config(self._query(["scontrol", "show", "config"]))
+
+    def qos(self) -> list[QosRecord]:
+        """Every QoS with its limits (``sacctmgr show qos``; needs accounting)."""
+        from clusterjob.slurm import describe  # only `site init` asks: not at submit's start
+
+        return describe.parse_sacctmgr_qos(self._query(describe.sacctmgr_qos_command()))
+
     def cluster_name(self) -> str:
         """This cluster's ``ClusterName`` (site discovery matches it against site configs)."""
-        config = parse.parse_scontrol_config(self._query(["scontrol", "show", "config"]))
+        config = self.config()
         name = config.get("ClusterName")
         if not name:
             raise SlurmError(["scontrol", "show", "config"], 0, "no ClusterName in the config")

@@ -1,0 +1,538 @@
+"""`clusterjob site init`: the live cluster read in at most four Slurm calls, described as a
+site file the loader takes; the readings are pure and fed here with recorded output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from clusterjob.errors import SiteNotFound, UsageError
+from clusterjob.site.compare import compare_sites
+from clusterjob.site.init import ClusterFacts, describe, init_site, write_site
+from clusterjob.site.loader import load_site
+from clusterjob.site.modelnames import autodetected_nvml_name, guess_mig, known_model
+from clusterjob.slurm import parse
+from clusterjob.slurm.commands import SlurmClient
+from clusterjob.slurm.describe import (
+    enforced,
+    gpu_layouts,
+    parse_sacctmgr_qos,
+    partition_limits,
+    sacctmgr_qos_command,
+)
+from clusterjob.slurm.runner import Runner, SlurmResult
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
+NODE_FILES = sorted(FIXTURES.rglob("scontrol_show_node*.txt"))
+PARTITION_FILES = sorted(FIXTURES.rglob("scontrol_show_partition*.txt"))
+CONFIG_FILES = sorted(FIXTURES.rglob("scontrol_show_config*.txt"))
+QOS_FILES = sorted(FIXTURES.rglob("sacctmgr_show_qos*.txt"))
+LIKE = "sandbox_like_qoslab"  # `sandbox up --like` of QOSLAB_SITE, recorded (README)
+
+QOSLAB_SITE = """\
+site: qoslab
+cluster_name: qoslab
+gpu_request: {syntax: gres, type_required: true}
+models:
+  A100: {aliases: [a100], gres_type: a100, nvml_names: ["NVIDIA A100-PCIE-40GB"], memory_gb: 40}
+  V100: {aliases: [v100], gres_type: v100, nvml_names: ["Tesla V100-SXM2-32GB"], memory_gb: 32}
+partitions:
+  gpu: {nodes: "ml-gpu[01-08]", time_limit: "3-00:00:00", default: true}
+  debug: {nodes: "ml-gpu[07-08]", time_limit: "01:00:00"}
+qos:
+  debug: {max_time: "01:00:00", max_gpus_per_job: 2, max_nodes: 1}
+  long: {max_time: "7-00:00:00", max_nodes: 4}
+node_map:
+  - nodes: "ml-gpu[01-04]"
+    gpus: [{model: A100}, {model: A100}, {model: V100}, {model: V100}]
+  - nodes: "ml-gpu[05-08]"
+    gpus: [{model: V100}, {model: V100}, {model: A100}, {model: A100}]
+"""
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def facts_of(
+    nodes: str, partitions: str = "", config: str = "", qos: str | None = None
+) -> ClusterFacts:
+    return ClusterFacts(
+        tuple(parse.parse_scontrol_nodes(nodes)),
+        tuple(parse.parse_scontrol_partitions(partitions)),
+        parse.parse_scontrol_config(config),
+        None if qos is None else tuple(parse_sacctmgr_qos(qos)),
+    )
+
+
+def like_facts(release: str = "") -> ClusterFacts:
+    """The recorded shaped cluster: Slurm 22.05 (``release`` ""), 24.11 ("2411"), 26.05."""
+    suffix = f"_{release}" if release else ""
+    qos = f"sacctmgr_show_qos_{release}_sandbox_like.txt" if release else (
+        "sacctmgr_show_qos_sandbox_like.txt"
+    )  # fmt: skip
+    return facts_of(
+        _read(FIXTURES / f"scontrol_show_node_detail_{LIKE}{suffix}.txt"),
+        _read(FIXTURES / f"scontrol_show_partition_{LIKE}{suffix}.txt"),
+        _read(FIXTURES / f"scontrol_show_config_{LIKE}{suffix}.txt"),
+        _read(FIXTURES / qos),
+    )
+
+
+# --- every recording through the parsers ----------------------------------------------------
+
+
+def test_there_are_recordings_of_each_kind() -> None:
+    assert len(NODE_FILES) >= 10 and len(PARTITION_FILES) >= 4
+    assert len(CONFIG_FILES) >= 4 and QOS_FILES
+    assert any("real" in p.parts for p in NODE_FILES)
+
+
+@pytest.mark.parametrize("path", NODE_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_recorded_node_listing_becomes_a_valid_site(path: Path) -> None:
+    result = describe(facts_of(_read(path)))
+    listed = sum(len(e.nodes) for e in gpu_layouts(result.facts.nodes))
+    if not listed:  # no GPU on any node (init refuses: test_a_cluster_without_gpus_...)
+        assert not result.plan.models and result.site is None
+        return
+    assert result.site is not None, [str(i) for i in result.issues]
+    assert len(result.site.node_map.nodes) == listed
+
+
+@pytest.mark.parametrize("path", PARTITION_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_recorded_partition_listing_is_read(path: Path) -> None:
+    records = parse.parse_scontrol_partitions(_read(path))
+    assert records
+    for record in records:
+        limits = partition_limits(record)
+        assert limits.name == record.name
+        assert limits.nodes or record.nodes in (None, "ALL")
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_recorded_config_is_read(path: Path) -> None:
+    config = parse.parse_scontrol_config(_read(path))
+    assert config["ClusterName"]
+    assert enforced(config) == ()  # none of the recorded clusters enforces associations
+
+
+@pytest.mark.parametrize("path", QOS_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_every_recorded_qos_listing_is_read(path: Path) -> None:
+    assert [q.name for q in parse_sacctmgr_qos(_read(path))][0] == "normal"
+
+
+def test_the_releases_read_the_shaped_cluster_alike() -> None:
+    texts = {
+        "\n".join(describe(like_facts(release)).text.splitlines()[1:])
+        for release in ("", "2411", "2605")
+    }
+    assert len(texts) == 1
+
+
+def test_each_release_describes_the_sandbox_alike() -> None:
+    texts = set()
+    for release in ("22.05", "24.11", "26.05"):
+        d = FIXTURES / release
+        facts = facts_of(
+            _read(d / "scontrol_show_node_detail.txt"),
+            _read(d / "scontrol_show_partition.txt"),
+            _read(d / "scontrol_show_config.txt"),
+        )
+        result = describe(facts)
+        assert result.site is not None
+        texts.add("\n".join(result.text.splitlines()[1:]))  # the first line names the release
+    assert len(texts) == 1
+    site = result.site
+    types = {"a100", "v100", "h100", "1g.10gb", "2g.20gb", "3g.40gb"}  # the recorded Gres=
+    assert {m.gres_type for m in site.models} == types
+    assert [p.name for p in site.partitions] == ["gpu", "suspect", "h100", "mig"]
+    assert [m.name for m in site.models][:3] == ["A100", "V100", "H100"]
+    mig = site.node_map.gpus("mig1")
+    assert mig is not None and len(mig) == 1 and sorted(mig[0].mig or ()) == [
+        "1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"
+    ]  # fmt: skip
+
+
+# --- the sacctmgr reading ------------------------------------------------------------------
+
+
+def test_sacctmgr_qos_recorded() -> None:
+    debug, long = parse_sacctmgr_qos(_read(FIXTURES / "sacctmgr_show_qos_sandbox_like.txt"))[1:]
+    assert (debug.name, debug.max_wall, debug.max_gpus_per_job, debug.max_nodes) == (
+        "debug", "01:00:00", 2, 1
+    )  # fmt: skip
+    assert debug.max_tres_per_user == {"gres/gpu": "4"} and debug.max_jobs_per_user == 3
+    assert (long.max_wall, long.max_gpus_per_job, long.max_nodes) == ("7-00:00:00", None, 4)
+
+
+@pytest.mark.parametrize(
+    "line, name",
+    [
+        ("normal|||||", "normal"),
+        ("normal|||||\n", "normal"),
+        ("Name|MaxWall|MaxTRES|MaxTRESPerNode|MaxTRESPU|MaxJobsPU", "Name"),
+        ("debug|01:00:00|gres/gpu=2||||", "debug"),  # --parsable's trailing separator
+        ("sacctmgr: warning: something", None),
+        ("|||||", None),
+    ],
+)
+def test_sacctmgr_qos_lines(line: str, name: str | None) -> None:
+    found = parse_sacctmgr_qos(line)
+    assert [q.name for q in found] == ([name] if name else [])
+
+
+def test_the_qos_command_asks_for_the_parsed_fields() -> None:
+    cmd = sacctmgr_qos_command()
+    assert cmd[:2] == ["sacctmgr", "--noheader"] and "--parsable2" in cmd
+    assert cmd[-1] == "format=Name,MaxWall,MaxTRES,MaxTRESPerNode,MaxTRESPU,MaxJobsPU"
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("none", ()),
+        ("associations", ("associations",)),
+        ("associations,limits,qos", ("associations", "limits", "qos")),
+        ("limits", ("limits", "associations")),
+        ("safe,wckeys", ("safe", "wckeys", "associations")),
+        ("", ()),
+    ],
+)
+def test_enforced(value: str, words: tuple[str, ...]) -> None:
+    assert enforced({"AccountingStorageEnforce": value}) == words
+
+
+# --- model names ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "word, model",
+    [
+        ("a100", "A100"),
+        ("A100", "A100"),
+        ("a100_80g", "A100-80GB"),
+        ("a100-40gb", "A100-40GB"),
+        ("nvidia_a100-sxm4-80gb", "A100-80GB"),
+        ("nvidia_a100_80gb_pcie", "A100-80GB"),
+        ("h100", "H100"),
+        ("nvidia_h100_80gb_hbm3", "H100"),
+        ("h200", "H200"),
+        ("gh200", "GH200"),
+        ("l40s", "L40S"),
+        ("nvidia_l40s", "L40S"),
+        ("l40", "L40"),
+        ("l4", "L4"),
+        ("v100", "V100"),
+        ("v100-32g", "V100-32GB"),
+        ("v100-16g", "V100-16GB"),
+        ("tesla_v100-sxm2-32gb", "V100-32GB"),
+        ("a10", "A10"),
+        ("a40", "A40"),
+        ("t4", "T4"),
+        ("rtx_2080ti", "RTX-2080Ti"),
+        ("mi250x", "MI250X"),
+        ("MI300X", "MI300X"),
+        ("gpu", None),
+        ("hbm80g", None),
+        ("p100x", "P100"),
+        ("scratch", None),
+    ],
+)
+def test_known_models(word: str, model: str | None) -> None:
+    found = known_model(word)
+    assert (found.name if found else None) == model
+
+
+@pytest.mark.parametrize(
+    "gres_type, nvml",
+    [
+        ("nvidia_a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB"),
+        ("nvidia_h100_80gb_hbm3", "NVIDIA H100 80GB HBM3"),
+        ("tesla_v100-sxm2-32gb", "Tesla V100-SXM2-32GB"),
+        ("a100", None),
+        ("nvidia_a100_3g.40gb", None),
+    ],
+)
+def test_autodetected_nvml_names(gres_type: str, nvml: str | None) -> None:
+    found = autodetected_nvml_name(gres_type)
+    assert (found.casefold() if found else None) == (nvml.casefold() if nvml else None)
+
+
+@pytest.mark.parametrize(
+    "gres_type, nearby, parent, certain",
+    [
+        ("a100_3g.20gb", (), "A100-40GB", True),  # the type says its GPU
+        ("3g.20gb", (), "A100-40GB", True),  # only an A100 40GB has it
+        ("3g.40gb", ("h100",), "H100", False),  # an 80GB A100 or an H100: the cluster's
+        ("3g.40gb", ("a100",), "A100-80GB", False),
+        ("1g.18gb", (), "H200", True),
+        ("a100", (), None, None),
+    ],
+)
+def test_mig_guesses(
+    gres_type: str, nearby: Sequence[str], parent: str | None, certain: bool | None
+) -> None:
+    guess = guess_mig(gres_type, nearby)
+    got = (guess.parent, guess.certain) if guess else (None, None)
+    assert got == (parent, certain)
+
+
+# --- the description -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("release", ["", "2411", "2605"])
+def test_a_like_cluster_gives_back_its_site_file(tmp_path: Path, release: str) -> None:
+    result = describe(like_facts(release))
+    assert result.site is not None and not [i for i in result.issues if not i.warning]
+    (tmp_path / "qoslab.yaml").write_text(QOSLAB_SITE)
+    written = load_site(tmp_path / "qoslab.yaml")
+    differences = [str(d) for d in compare_sites(written, result.site)]
+    # what Slurm's records do not say: its job_submit plugin's type rule (--probe asks)
+    assert differences == ["type_required: true in the first, false in the second"]
+    assert result.site.qos_limits("debug") is not None
+    assert result.site.partition("gpu").default  # type: ignore[union-attr]
+    assert "Left out: QoS without job limits: normal" in result.text
+
+
+def test_an_enforcing_cluster_requires_an_account() -> None:
+    facts = like_facts()
+    config = dict(facts.config, AccountingStorageEnforce="associations,limits")
+    result = describe(ClusterFacts(facts.nodes, facts.partitions, config, facts.qos))
+    assert result.site is not None and result.site.account == "required"
+    assert "AccountingStorageEnforce=associations,limits" in result.text
+
+
+UNTYPED_NODES = """\
+NodeName=n1 AvailableFeatures=h100,ib ActiveFeatures=h100,ib Gres=gpu:4 State=IDLE Partitions=train
+NodeName=n2 AvailableFeatures=a100 ActiveFeatures=a100 Gres=gpu:8(S:0-1) State=IDLE Partitions=train
+NodeName=c1 AvailableFeatures=cpu ActiveFeatures=cpu Gres=(null) State=IDLE Partitions=cpu
+"""
+UNTYPED_PARTITIONS = """\
+PartitionName=train Default=NO MaxTime=14-00:00:00 Nodes=n[1-2] State=UP OverSubscribe=NO
+PartitionName=cpu Default=YES MaxTime=UNLIMITED Nodes=c1 State=UP
+"""
+
+
+def test_untyped_gpus_are_told_apart_by_features() -> None:
+    result = describe(facts_of(UNTYPED_NODES, UNTYPED_PARTITIONS, "ClusterName = farm\n"))
+    site = result.site
+    assert site is not None and site.gpu_syntax.name == "gres+constraint"
+    assert [(m.name, m.gres_type, m.constraint) for m in site.models] == [
+        ("H100", None, "h100"),
+        ("A100", None, "a100"),
+    ]
+    assert [p.name for p in site.partitions] == ["train"]
+    assert "partitions without GPU nodes: cpu" in result.text
+    assert "QoS: no accounting" in result.text
+
+
+def test_unknown_types_and_name_clashes_stay_loadable() -> None:
+    nodes = (
+        "NodeName=a1 Gres=gpu:a100:2,gpu:nvidia_a100-sxm4-80gb:2,gpu:weird_x:1 Partitions=p\n"
+        "NodeName=a2 Gres=gpu:A100_80g:1 Partitions=p\n"
+        "NodeName=a3 Gres=gpu:1 AvailableFeatures=(null) Partitions=p\n"
+        "NodeName=a4 Gres=gpu:2 AvailableFeatures=big Partitions=p\n"
+    )
+    result = describe(facts_of(nodes, "PartitionName=p Default=YES MaxTime=1:00:00 Nodes=a[1-4]"))
+    assert result.site is not None, [str(i) for i in result.issues]
+    names = [m.name for m in result.site.models]
+    assert len(names) == len({n.casefold() for n in names})
+    assert "GUESS: GRES type 'weird_x' is no model clusterjob knows" in result.text.replace(
+        "\n  # ", " "
+    )
+
+
+# --- reading the live cluster ------------------------------------------------------------------
+
+
+class Replay:
+    """Slurm's commands answered from the recordings; every call kept."""
+
+    def __init__(self, accounting: bool = True) -> None:
+        self.calls: list[list[str]] = []
+        config = _read(FIXTURES / f"scontrol_show_config_{LIKE}.txt")
+        if not accounting:
+            config = config.replace("accounting_storage/slurmdbd", "accounting_storage/none")
+        self.answers = {
+            ("scontrol", "show", "node"): _read(FIXTURES / f"scontrol_show_node_detail_{LIKE}.txt"),
+            ("scontrol", "show", "partition"): _read(
+                FIXTURES / f"scontrol_show_partition_{LIKE}.txt"
+            ),
+            ("scontrol", "show", "config"): config,
+            ("sacctmgr", "--noheader", "--parsable2"): _read(
+                FIXTURES / "sacctmgr_show_qos_sandbox_like.txt"
+            ),
+        }
+
+    def __call__(self, cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
+        self.calls.append(list(cmd))
+        return SlurmResult(tuple(cmd), 0, self.answers[tuple(cmd[:3])], "")
+
+
+@pytest.mark.parametrize("accounting, calls", [(True, 4), (False, 3)])
+def test_init_asks_slurm_at_most_four_times(accounting: bool, calls: int) -> None:
+    replay = Replay(accounting)
+    result = init_site(SlurmClient(Runner(replay)))
+    assert len(replay.calls) == result.facts.calls == calls
+    assert [c[0] for c in replay.calls].count("sacctmgr") == (1 if accounting else 0)
+    assert result.site is not None and bool(result.site.qos) is accounting
+
+
+def test_write_site_refuses_to_replace_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "site.yaml"
+    write_site(out, "a: 1\n")
+    with pytest.raises(UsageError, match="exists; give --force"):
+        write_site(out, "a: 2\n")
+    write_site(out, "a: 2\n", force=True)
+    assert out.read_text() == "a: 2\n"
+    with pytest.raises(UsageError, match="cannot write"):
+        write_site(tmp_path / "missing" / "site.yaml", "a: 1\n")
+
+
+def test_the_command_without_slurm_is_one_line(tmp_path: Path) -> None:
+    env = {
+        "PATH": str(tmp_path),
+        "SLURM_CONF": str(tmp_path / "nothing.conf"),
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterjob", "site", "init"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+class NoGpus(Replay):
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers[("scontrol", "show", "node")] = "NodeName=c1 Gres=(null) Partitions=cpu\n"
+
+
+def test_a_cluster_without_gpus_is_refused_in_one_line() -> None:
+    with pytest.raises(UsageError, match="no node of qoslab lists a GPU"):
+        init_site(SlurmClient(Runner(NoGpus())))
+
+
+# --- the fallback: a cluster without a site file ---------------------------------------------
+
+
+def test_the_description_is_cached_per_cluster_for_a_day(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterjob.site.initcache import MAX_AGE_SECONDS, described_site_file
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    texts = iter(["site: one\n", "site: two\n"])
+    clock = [1e9]
+
+    def describe() -> str:
+        return next(texts)
+
+    path = described_site_file("lab", describe=describe, now=lambda: clock[0])
+    assert path == tmp_path / "cache" / "clusterjob" / "described" / "lab.yaml"
+    assert path.read_text() == "site: one\n" and (path.stat().st_mode & 0o077) == 0
+    clock[0] = path.stat().st_mtime + MAX_AGE_SECONDS - 60
+    assert described_site_file("lab", describe=describe, now=lambda: clock[0]).read_text() == (
+        "site: one\n"
+    )  # fresh: Slurm is not asked again
+    clock[0] += 120
+    assert described_site_file("lab", describe=describe, now=lambda: clock[0]).read_text() == (
+        "site: two\n"
+    )
+    with pytest.raises(SiteNotFound, match="cannot name a cached site file"):
+        described_site_file("../etc", describe=describe)
+
+
+def test_discovery_ends_with_the_description(tmp_path: Path) -> None:
+    from clusterjob.errors import SlurmError
+    from clusterjob.site.discovery import find_site
+
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    described = tmp_path / "described.yaml"
+    found = find_site(
+        None, environ=env, cluster_name="nowhere", etc_dir=tmp_path, describe=lambda n: described
+    )
+    assert found == described
+
+    def failing(name: str) -> Path:
+        raise SlurmError(["scontrol", "show", "node"], 1, "slurm_load_node error")
+
+    with pytest.raises(SiteNotFound) as info:
+        find_site(None, environ=env, cluster_name="nowhere", etc_dir=tmp_path, describe=failing)
+    assert "`clusterjob site init` of nowhere (" in str(info.value)
+    with pytest.raises(SiteNotFound) as info:  # without describe: as before
+        find_site(None, environ=env, cluster_name="nowhere", etc_dir=tmp_path)
+    assert "site init" not in str(info.value)
+
+
+def test_two_site_files_compared_field_by_field() -> None:
+    from clusterjob.resources import site_configs_dir
+
+    mllab = load_site(site_configs_dir() / "mllab.yaml")
+    hpc = load_site(site_configs_dir() / "hpccentre.yaml")
+    assert compare_sites(mllab, mllab) == []
+    said = [d.said("mllab", "hpccentre") for d in compare_sites(mllab, hpc)]
+    assert said[0] == "syntax: gres in mllab, gpus-per-node in hpccentre"
+    assert "model GRES type a100: only in mllab (A100)" in said
+    assert "model GRES type nvidia_l40s: only in hpccentre (L40S)" in said
+    assert "partition gpu-long: only in hpccentre (g[025-032])" in said
+    assert "partition.time_limit gpu: 3-00:00:00 in mllab, 2-00:00:00 in hpccentre" in said
+
+
+def test_mig_slices_go_onto_their_gpus() -> None:
+    nodes = (
+        "NodeName=m1 Gres=gpu:a100:2,gpu:a100_3g.20gb:2,gpu:a100_1g.5gb:4 Partitions=p\n"
+        "NodeName=m2 Gres=gpu:1g.18gb:7 Partitions=p\n"
+    )
+    result = describe(facts_of(nodes, "PartitionName=p Default=YES MaxTime=1:00:00 Nodes=m[1-2]"))
+    site = result.site
+    assert site is not None, [str(i) for i in result.issues]
+    by_type = {m.gres_type: m.name for m in site.models}
+    assert by_type == {
+        "a100": "A100",
+        "a100_3g.20gb": "A100-3g.20gb",
+        "a100_1g.5gb": "A100-1g.5gb",
+        None: "H200",  # the GPU 1g.18gb slices are cut from: no GRES of its own
+        "1g.18gb": "H200-1g.18gb",
+    }
+    m1 = site.node_map.gpus("m1") or ()
+    assert [(g.model, g.mig) for g in m1] == [
+        ("A100", None),
+        ("A100", None),
+        ("A100", ("3g.20gb", "3g.20gb", "1g.5gb")),  # 7 compute slices, largest first
+        ("A100", ("1g.5gb", "1g.5gb", "1g.5gb")),
+    ]
+    assert [len(g.mig or ()) for g in site.node_map.gpus("m2") or ()] == [7]
+    assert "gres_type_overlap: true" in result.text  # a100 is in a100_3g.20gb
+
+
+class Probed(Replay):
+    """Replay, and sbatch --test-only as the sandbox answered: a typed request accepted, an
+    untyped one refused by its job_submit plugin (recorded)."""
+
+    def __call__(self, cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
+        if cmd[0] != "sbatch":
+            return super().__call__(cmd, timeout, input)
+        self.calls.append(list(cmd))
+        script = input or Path(cmd[-1]).read_text()
+        if "--gres=gpu:1\n" in script:
+            said = _read(FIXTURES / "sbatch_test_only_err_job_submit_lua.stderr.txt")
+            return SlurmResult(tuple(cmd), 1, "", said)
+        return SlurmResult(
+            tuple(cmd), 0, "", _read(FIXTURES / "sbatch_test_only_sandbox.stderr.txt")
+        )
+
+
+def test_probe_finds_the_syntax_and_the_type_rule() -> None:
+    replay = Probed()
+    result = init_site(SlurmClient(Runner(replay)), probe=True)
+    site = result.site
+    assert site is not None and site.gpu_syntax.name == "gres" and site.type_required
+    tried = [c for c in replay.calls if c[0] == "sbatch"]
+    assert len(tried) == 2 and all("--test-only" in c for c in tried)
+    assert "You must always specify a type" in result.text
