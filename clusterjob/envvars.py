@@ -42,6 +42,8 @@ SSH_CONFIG = "CLUSTERJOB_SSH_CONFIG"
 EXPECT_MODEL = "CLUSTERJOB_EXPECT_MODEL"
 EXPECT_COUNT = "CLUSTERJOB_EXPECT_COUNT"
 TOKEN = "CLUSTERJOB_TOKEN"
+MAX_REQUEUES = "CLUSTERJOB_MAX_REQUEUES"
+SNAPSHOT = "CLUSTERJOB_SNAPSHOT"
 GPU_BUS_IDS = "CLUSTERJOB_GPU_BUS_IDS"
 NVML_SCENARIO = "FAKE_NVML_SCENARIO"
 
@@ -152,6 +154,23 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "The unique token of the submission, also in the job's `--comment`; it is how a "
         "`sbatch` whose reply was lost is found again instead of submitting twice.",
         "the job script",
+    ),
+    EnvVar(
+        MAX_REQUEUES,
+        "the job, and a function job's worker",
+        "-",
+        "How many times the job may be requeued (preemption, node failure, `scontrol "
+        "requeue`); an attempt started past it stops at once with exit 79 and says so.",
+        "the job script, from `submit --max-requeues` (else the site's "
+        "`defaults.max_requeues`, else 3)",
+    ),
+    EnvVar(
+        SNAPSHOT,
+        "the job, and a function job's worker",
+        "-",
+        "The copy of the job's code taken at submit (`--snapshot`): the program starts from "
+        "it and it comes first on `PYTHONPATH` (a function job's `sys.path`).",
+        "the job script, from `submit --snapshot`",
     ),
     EnvVar(
         GPU_BUS_IDS,

@@ -358,6 +358,7 @@ def test_hostile_arguments_reach_the_program_literally(tmp_path: Path, fake_bin:
         "CLUSTERJOB_EXPECT_COUNT": "2",
         "CLUSTERJOB_SITE": "/etc/clusterjob/mllab.yaml",
         "CLUSTERJOB_TOKEN": rendered.token,
+        "CLUSTERJOB_MAX_REQUEUES": "3",
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
     assert launch["argv"][1:] == ["train.py", *NASTY_ARGS]

@@ -197,7 +197,9 @@ def cancel(job: Annotated[list[str], typer.Argument(help="Job ids (or `last`).")
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def resubmit(
-    job: Annotated[str, typer.Argument(help="Job id or `last`.")],
+    job: Annotated[
+        str, typer.Argument(help="Job id, `last`, or ID_TASK: that task of an array alone.")
+    ],
     args: Annotated[
         list[str] | None,
         typer.Argument(help="New arguments for the script (after --), replacing the old ones."),
@@ -206,7 +208,27 @@ def resubmit(
     model: Annotated[str | None, typer.Option("--model", "-m", help="GPU model.")] = None,
     time_limit: Annotated[str | None, typer.Option("--time", "-t", help="Time limit.")] = None,
     nodes: Annotated[int | None, typer.Option("--nodes", "-N", help="Nodes.")] = None,
-    partition: Annotated[str | None, typer.Option("--partition", "-p")] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", "-p", help="Slurm partition.")
+    ] = None,
+    array: Annotated[
+        str | None, typer.Option("--array", help="Other array tasks, e.g. 0-9%2 (or %N).")
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="KEY=VALUE exported in the job, over the recorded one."),
+    ] = None,
+    venv: Annotated[
+        str | None,
+        typer.Option("--venv", help="Run in this virtual environment instead (DIR/bin/python)."),
+    ] = None,
+    failed: Annotated[
+        bool,
+        typer.Option(
+            "--failed",
+            help="Only an array's tasks that failed, were cancelled or timed out (one new array).",
+        ),
+    ] = False,
     same_script: Annotated[
         bool,
         typer.Option("--same-script", help="Replay the recorded script byte for byte (new token)."),
@@ -219,9 +241,13 @@ def resubmit(
     with today's site and templates (and any changes), or --same-script."""
     from clusterjob.jobs import submit as job_submit
 
-    changes = job_submit.Changes(tuple(args or ()), gpus, model, time_limit, nodes, partition)
+    changes = job_submit.Changes(
+        tuple(args or ()), gpus, model, time_limit, nodes, partition, array, tuple(env or ()), venv
+    )
     with submission_interrupts():
-        result = the_cluster(site).resubmit(job, changes=changes, same_script=same_script)
+        result = the_cluster(site).resubmit(
+            job, changes=changes, same_script=same_script, failed=failed
+        )
     if as_json:
         print(json.dumps(result.to_dict()))
     elif parsable:
@@ -258,4 +284,10 @@ def show(
         rows.append(("python", f"{info['python']} ({info['python_why']})"))
     if info["resubmit_of"]:
         rows.append(("resubmit of", info["resubmit_of"]))
+    if info["requeue_limit_reached"]:
+        rows.append(("requeues", info["requeue_limit_reached"]))
+    elif info["max_requeues"] is not None:
+        rows.append(("requeues", f"{info['restarts'] or 0} so far, at most {info['max_requeues']}"))
+    if info["hardware"]:
+        rows.append(("hardware", f"{info['hardware']} during the job, not your program"))
     print("\n".join(f"{k + ':':<16}{printable(str(v))}" for k, v in rows))

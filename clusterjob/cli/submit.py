@@ -24,12 +24,16 @@ from clusterjob.errors import UsageError
 )
 def submit(
     script: Annotated[
-        str,
+        str | None,
         typer.Argument(
+            # Optional to click, needed by the command: `submit -- CMD ARGS` gives no SCRIPT
+            # (CMD takes its place), and help should not say `[required]` of it.
+            metavar="SCRIPT | -- CMD",
             help="A .py script (run with the job's Python), or after -- any command: "
-            "an executable, bash run.sh, python -m pkg, accelerate launch ..."
+            "an executable, bash run.sh, python -m pkg, accelerate launch ...",
+            show_default=False,
         ),
-    ],
+    ] = None,
     args: Annotated[
         list[str] | None,
         typer.Argument(help="Arguments for SCRIPT, passed unchanged.", show_default=False),
@@ -46,25 +50,59 @@ def submit(
     time: Annotated[
         str | None, typer.Option("--time", "-t", help="Time limit, e.g. 1-00:00:00.")
     ] = None,
-    account: Annotated[str | None, typer.Option("--account", "-A")] = None,
-    qos: Annotated[str | None, typer.Option("--qos")] = None,
-    cpus_per_gpu: Annotated[int | None, typer.Option("--cpus-per-gpu")] = None,
+    account: Annotated[
+        str | None, typer.Option("--account", "-A", help="Slurm account to charge.")
+    ] = None,
+    qos: Annotated[str | None, typer.Option("--qos", help="Slurm quality of service.")] = None,
+    cpus_per_gpu: Annotated[
+        int | None, typer.Option("--cpus-per-gpu", help="CPUs per GPU.")
+    ] = None,
     mem_per_gpu: Annotated[str | None, typer.Option("--mem-per-gpu", help="e.g. 64G")] = None,
-    job_name: Annotated[str | None, typer.Option("--job-name", "-J")] = None,
+    job_name: Annotated[
+        str | None, typer.Option("--job-name", "-J", help="Slurm job name.")
+    ] = None,
     array: Annotated[str | None, typer.Option("--array", help="e.g. 0-9%2")] = None,
-    dependency: Annotated[str | None, typer.Option("--dependency", "-d")] = None,
-    output: Annotated[str | None, typer.Option("--output", "-o")] = None,
-    error: Annotated[str | None, typer.Option("--error", "-e")] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option("--dependency", "-d", help="Start after other jobs, e.g. afterok:123."),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", help="The job's stdout file (Slurm's %j patterns)."),
+    ] = None,
+    error: Annotated[
+        str | None,
+        typer.Option("--error", "-e", help="The job's stderr file (default: with stdout)."),
+    ] = None,
     signal: Annotated[
         str | None,
         typer.Option("--signal", help="Warn the job before its time limit, e.g. B:USR1@90."),
     ] = None,
     requeue: Annotated[bool, typer.Option("--requeue", help="Let Slurm requeue the job.")] = False,
-    exclude: Annotated[str | None, typer.Option("--exclude", "-x")] = None,
-    nodelist: Annotated[str | None, typer.Option("--nodelist", "-w")] = None,
-    mail_type: Annotated[str | None, typer.Option("--mail-type")] = None,
-    mail_user: Annotated[str | None, typer.Option("--mail-user")] = None,
-    constraint: Annotated[str | None, typer.Option("--constraint", "-C")] = None,
+    max_requeues: Annotated[
+        int | None,
+        typer.Option(
+            "--max-requeues",
+            help="Requeues allowed (preemption, node failure, --requeue); an attempt past them "
+            "stops at once and says so. Default: the site's, else 3.",
+            show_default=False,
+        ),
+    ] = None,
+    exclude: Annotated[
+        str | None, typer.Option("--exclude", "-x", help="Nodes not to use, e.g. gpu[01-03].")
+    ] = None,
+    nodelist: Annotated[
+        str | None, typer.Option("--nodelist", "-w", help="Nodes the job must use.")
+    ] = None,
+    mail_type: Annotated[
+        str | None, typer.Option("--mail-type", help="Mail on these events, e.g. END,FAIL.")
+    ] = None,
+    mail_user: Annotated[
+        str | None, typer.Option("--mail-user", help="Mail address (default: the submitter).")
+    ] = None,
+    constraint: Annotated[
+        str | None, typer.Option("--constraint", "-C", help="Node features, e.g. ib&nvme.")
+    ] = None,
     gres: Annotated[
         list[str] | None,
         typer.Option(
@@ -150,6 +188,16 @@ def submit(
         str | None,
         typer.Option("--conda", help="Activate this conda env in the job (name or prefix)."),
     ] = None,
+    snapshot: Annotated[
+        bool | None,
+        typer.Option(
+            "--snapshot/--no-snapshot",
+            help="Run the job from a copy of its code taken now (the script and the project's "
+            "files), so later edits do not reach it while it waits or when it is requeued. "
+            "Default: off (Cluster(snapshot=True) in Python).",
+            show_default=False,
+        ),
+    ] = None,
     site: SiteOption = None,
     dry_run: Annotated[
         bool,
@@ -190,6 +238,8 @@ def submit(
         raise UsageError("--json and --parsable exclude each other")
     if sweep and params is not None:
         raise UsageError("--sweep and --params exclude each other")
+    if script is None:
+        raise UsageError("submit needs a SCRIPT, or -- and a command (submit -- CMD ARGS)")
     cluster = the_cluster(site)
     prepared = cluster.prepare(
         script,
@@ -210,6 +260,7 @@ def submit(
         error=error,
         signal=signal,
         requeue=requeue,
+        max_requeues=max_requeues,
         exclude=exclude,
         nodelist=nodelist,
         mail_type=mail_type,
@@ -232,6 +283,7 @@ def submit(
         conda=conda,
         sweep=sweep or (),
         params=params,
+        snapshot=snapshot,
     )
     rendered = prepared.rendered
     for note in prepared.notes:

@@ -75,8 +75,7 @@ def is_pending_reason(reason: str | None) -> bool:
 
 def explain(state: str, reason: str | None, job_id: str = "<id>", host: str = "") -> str:
     """One line saying why a job is where it is, in GPU terms; "" when nothing to add. A
-    command it names reaches the job's cluster (``host``: the job went over ssh, and its
-    resubmission there sends the recorded script, ``--same-script``).
+    command it names reaches the job's cluster (``host``: the job went over ssh).
 
     An ended job's pending reason (sacct keeps ``Dependency`` on a job that since ran) is
     history, not news: it is not explained."""
@@ -94,8 +93,7 @@ def explain(state: str, reason: str | None, job_id: str = "<id>", host: str = ""
         if text:
             return text.replace("<id>", job_id)
     note = STATE_NOTES.get(state, "").replace("<id>", job_id)
-    same = ("--same-script",) if host else ()
-    return note.replace("<resubmit>", follow_up("resubmit", job_id, *same, host=host))
+    return note.replace("<resubmit>", follow_up("resubmit", job_id, host=host))
 
 
 # --- sbatch errors, explained with the site's own vocabulary --------------------------------

@@ -34,7 +34,7 @@ from clusterjob.jobs.private_files import ensure_private_dir, write_private
 from clusterjob.jobs.registry import JobRecord, Registry, data_dir
 from clusterjob.jobs.status import cache_for, settle_pending
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
-from clusterjob.slurm.parse import StartEstimate, SubmittedJobId
+from clusterjob.slurm.parse import StartEstimate, SubmittedJobId, is_final
 from clusterjob.slurm.syntax import split_array_id
 
 if TYPE_CHECKING:
@@ -168,6 +168,12 @@ def submit(
             "submission safe to retry)"
         )
     check_dependency(resolved.request.dependency, client)
+    snapshot = resolved.request.snapshot
+    if snapshot and not remote and not test_only and not Path(snapshot).is_dir():
+        raise UsageError(  # resubmit of a job whose copy was pruned (jobs/snapshot.py)
+            f"the job's code snapshot {snapshot} is gone (it is removed a week after its "
+            "job ended): submit the job again, which copies the code as it is now"
+        )
     if test_only:
         path = _write_script(rendered.script, f"test-{token}")
         try:
@@ -385,7 +391,9 @@ def expand_dependency(dependency: str, registry: Registry | None = None) -> str:
 
 @dataclass(frozen=True)
 class Changes:
-    """What ``resubmit`` changes in the recorded request (None / empty: keep it)."""
+    """What ``resubmit`` changes in the recorded request (None / empty: keep it). ``env``:
+    ``KEY=VALUE`` over the recorded ones of the same key; ``venv``: the job's interpreter
+    instead of the recorded one."""
 
     args: tuple[str, ...] = ()
     gpus: int | None = None
@@ -393,11 +401,47 @@ class Changes:
     time: str | None = None
     nodes: int | None = None
     partition: str | None = None
+    array: str | None = None
+    env: tuple[str, ...] = ()
+    venv: str | None = None
 
     def any(self) -> bool:
-        return bool(self.args) or any(
-            v is not None for v in (self.gpus, self.model, self.time, self.nodes, self.partition)
-        )
+        kept = (self.gpus, self.model, self.time, self.nodes, self.partition, self.array, self.venv)
+        return bool(self.args or self.env) or any(v is not None for v in kept)
+
+
+# The task states `resubmit --failed` runs again: every end but COMPLETED.
+RERUN_STATES = frozenset(
+    {"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
+     "PREEMPTED"}
+)  # fmt: skip
+
+
+def array_ranges(ids: Sequence[int]) -> str:
+    """Task indices as one ``--array`` value: [1, 2, 3, 7] -> ``1-3,7``."""
+    ordered = sorted(set(ids))
+    parts: list[str] = []
+    start = prev = ordered[0]
+    for i in [*ordered[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(parts)
+
+
+def rerun_tasks(tasks: Sequence[tuple[int, str]]) -> list[int]:
+    """The tasks ``resubmit --failed`` runs again: those (index, state) that ended other than
+    COMPLETED (failed, cancelled, timed out, out of memory, node failure, preempted)."""
+    return sorted(i for i, state in tasks if state in RERUN_STATES)
+
+
+def _sweep_range(array: str, count: int) -> bool:
+    """Whether a recorded sweep's ``--array`` is the whole sweep as submit derived it
+    (``0-N`` with any ``%limit``), not some of its tasks (a resubmission of those)."""
+    return array.partition("%")[0] == (f"0-{count - 1}" if count > 1 else "0")
 
 
 def recorded_request(record: JobRecord) -> JobRequest:
@@ -432,14 +476,20 @@ def resubmit(
     site: Site | None = None,
     changes: Changes | None = None,
     same_script: bool = False,
+    failed: bool = False,
     client: SlurmClient | None = None,
     registry: Registry | None = None,
+    interpreter: Callable[[Site, ResolvedJob], ResolvedJob] | None = None,
 ) -> Submitted:
     """Submit a recorded job again, from its original directory, as a new job.
 
     By default the recorded request (with ``changes``) is resolved and rendered again with
     ``site`` as it is today and the shipped templates; ``same_script`` replays the old
-    script byte for byte but for its token.
+    script byte for byte but for its token (and its ``--array`` line, for some tasks).
+    ``job`` ``ID_TASK``: that one task of an array (or sweep) again, as a one-task array of
+    the same index; ``failed``: the tasks that did not complete, as one array of their
+    indices. ``interpreter``: the job's Python is chosen by it (a cluster over ssh, whose
+    files are not here) instead of on this machine.
     """
 
     from clusterjob.jobscript.render import render
@@ -448,11 +498,14 @@ def resubmit(
     changes = changes or Changes()
     client = client or SlurmClient()
     registry = registry or Registry(host=client.runner.transport.label)
-    record = _tracked(registry, job, client)
+    base, task = split_array_id(registry.resolve_id(job))
+    record = _tracked(registry, base, client)
+    tasks = _tasks_again(record, task, failed, changes, client, registry)
+    resubmit_of = record.job_id if task is None else f"{record.job_id}_{task}"
     if same_script:
         if changes.any():
             raise UsageError("--same-script replays the old script: it takes no changes")
-        return _replay(record, client, registry)
+        return _replay(record, client, registry, array=tasks, resubmit_of=resubmit_of)
     if site is None:
         raise UsageError("resubmit needs the site config to render the job again")
     if record.site and site.name != record.site:
@@ -468,12 +521,21 @@ def resubmit(
         value = getattr(changes, name)
         if value is not None:
             updates[name] = value
+    if changes.env:
+        updates["env"] = _merged_env(request.env, changes.env)
+    if changes.venv is not None:  # instead of the recorded choice, whatever it was
+        updates.update(venv=changes.venv, python=None, conda=None, python_why=None)
     request = replace(request, **updates)  # type: ignore[arg-type]
-    if request.array is not None and request.task_args:
-        # the sweep's own 0-N range is derived again; keep only the %N limit given by the user
-        limit = request.array.partition("%")[2]
+    swept = request.array is not None and request.task_args
+    if swept and _sweep_range(str(request.array), len(request.task_args)):
+        # the sweep's own 0-N range is derived again; keep only the %N limit given
+        limit = str(request.array).partition("%")[2]
         request = replace(request, array=f"%{limit}" if limit else None)
-    resolved = resolve(site, request)
+    if tasks is not None or changes.array is not None:
+        request = replace(request, array=tasks if tasks is not None else changes.array)
+    resolved = resolve(site, request, choose_interpreter=interpreter is None)
+    if interpreter is not None:
+        resolved = _keep_recorded_why(interpreter(site, resolved), request)
     rendered = render(site, resolved)
     result = submit(
         site,
@@ -482,20 +544,99 @@ def resubmit(
         client=client,
         registry=registry,
         workdir=record.work_dir,
-        resubmit_of=record.job_id,
+        resubmit_of=resubmit_of,
     )
     cache_for(client).clear()
     assert isinstance(result, Submitted)
     return result
 
 
-def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submitted:
-    """The recorded script again, byte for byte but for its token (``--same-script``).
+def _keep_recorded_why(resolved: ResolvedJob, recorded: JobRequest) -> ResolvedJob:
+    """The interpreter chosen over ssh, with the recorded reason when it is the recorded one
+    (it would otherwise read as ``--python``)."""
+    request = resolved.request
+    if recorded.python_why is None or request.python != recorded.python:
+        return resolved
+    return replace(resolved, request=replace(request, python_why=recorded.python_why))
+
+
+def _merged_env(recorded: Sequence[str], given: Sequence[str]) -> tuple[str, ...]:
+    """``KEY=VALUE`` words: the given ones replace the recorded ones of the same key."""
+    keys = {word.partition("=")[0] for word in given}
+    return (*(w for w in recorded if w.partition("=")[0] not in keys), *given)
+
+
+def _tasks_again(
+    record: JobRecord,
+    task: str | None,
+    failed: bool,
+    changes: Changes,
+    client: SlurmClient,
+    registry: Registry,
+) -> str | None:
+    """The ``--array`` of a resubmission of some of an array's tasks: one task (``ID_TASK``),
+    or those that did not complete (``failed``); None: the job as it was."""
+    from clusterjob.jobs.status import array_spec, status
+
+    if task is None and not failed:
+        return None
+    if task is not None and failed:
+        raise UsageError(
+            f"--failed takes an array job's id ({record.job_id}), not one of its tasks"
+        )
+    if changes.array is not None:
+        raise UsageError("--array and a task id (or --failed) exclude each other: give one")
+    spec = array_spec(record.script)
+    if spec is None:
+        what = f"no task {task}" if task is not None else "no tasks to resubmit with --failed"
+        raise UsageError(f"job {record.job_id} is not an array job: it has {what}")
+    if task is not None:
+        known = _spec_task_ids(spec)
+        if not task.isdigit() or int(task) not in known:
+            raise UsageError(
+                f"job {record.job_id} has no task {task} (its tasks: {spec.partition('%')[0]})"
+            )
+        return str(int(task))
+    (row,) = status([record.job_id], tasks=True, client=client, registry=registry)
+    ended = [(int(t.job_id.rpartition("_")[2]), t.state) for t in row.tasks]
+    again = rerun_tasks(ended)
+    if not again:
+        raise UsageError(
+            f"job {record.job_id}: no task failed, was cancelled or timed out "
+            f"({row.tasks_summary or row.state}); nothing to resubmit"
+        )
+    limit = spec.partition("%")[2]
+    return array_ranges(again) + (f"%{limit}" if limit and len(again) > 1 else "")
+
+
+def _spec_task_ids(spec: str) -> list[int]:
+    from clusterjob.slurm.syntax import array_task_ids
+
+    try:
+        return array_task_ids(spec)
+    except ValueError:
+        return []
+
+
+_ARRAY_DIRECTIVE = re.compile(r"^#SBATCH\s+(?:--array[= ]|-a\s*)\S+$", re.MULTILINE)
+
+
+def _replay(
+    record: JobRecord,
+    client: SlurmClient,
+    registry: Registry,
+    *,
+    array: str | None = None,
+    resubmit_of: str | None = None,
+) -> Submitted:
+    """The recorded script again, byte for byte but for its token (``--same-script``), and
+    its ``#SBATCH --array`` line when ``array`` says which tasks to run again.
 
     The script gets a fresh token (its ``--comment``), so the new submission is told apart
     from the old job when a timed-out sbatch is looked up.
     """
     from clusterjob.jobscript.request import new_token
+    from clusterjob.jobscript.shell import sbatch_value
 
     token = new_token()
     old = f"{COMMENT_PREFIX}{record.token}"
@@ -503,6 +644,10 @@ def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submi
         raise UsageError(f"job {record.job_id}: its recorded script has no {old} comment")
     # the token is random hex: every occurrence (the comment, CLUSTERJOB_TOKEN) is it
     script = record.script.replace(record.token, token)
+    if array is not None:
+        script, found = _ARRAY_DIRECTIVE.subn(f"#SBATCH --array={sbatch_value(array)}", script, 1)
+        if not found:
+            raise UsageError(f"job {record.job_id}: its recorded script has no --array line")
     path = _write_script(script, token)
     pending = JobRecord(
         job_id="",
@@ -516,7 +661,7 @@ def _replay(record: JobRecord, client: SlurmClient, registry: Registry) -> Submi
         work_dir=record.work_dir,
         git_commit=None if client.remote else git_commit(Path(record.work_dir)),
         submitted_at=time.time(),
-        resubmit_of=record.job_id,
+        resubmit_of=resubmit_of or record.job_id,
         state="PENDING",
         request=record.request,
         host=client.runner.transport.label,
@@ -563,6 +708,29 @@ def provenance(
         "resubmit_of": record.resubmit_of,
         "state": record.state,
         **_interpreter_of(record),
+        **_requeues_of(record),
+        "hardware": _hardware_of(record, registry),
+    }
+
+
+def _hardware_of(record: JobRecord, registry: Registry) -> str | None:
+    """The GPU fault ``status`` found on the job's node during it (jobs.hardware), if any."""
+    from clusterjob.jobs.hardware import recorded_finding
+    from clusterjob.jobs.status import StatusCache
+
+    return recorded_finding(StatusCache(host=registry.host), record.cluster, record.job_id)
+
+
+def _requeues_of(record: JobRecord) -> dict[str, object]:
+    """The job's requeue limit, how often it was requeued as last seen, and, when it stopped
+    itself past the limit, that said in words (None: it did not, or not yet seen)."""
+    from clusterjob.jobscript.requeues import limit_text, recorded_limit, stopped_at_limit
+
+    reached = stopped_at_limit(record.exit_code, record.script) if is_final(record.state) else None
+    return {
+        "max_requeues": recorded_limit(record.script),
+        "restarts": record.restarts,
+        "requeue_limit_reached": None if reached is None else limit_text(reached, record.restarts),
     }
 
 

@@ -151,6 +151,7 @@ def effective_defaults(*layers: JobDefaults) -> JobDefaults:
             sbatch=merge_sbatch_lines(out.sbatch, layer.sbatch),
             tasks_per_node=tasks,
             cpus_per_task=cpus_per_task,
+            max_requeues=layer.max_requeues if layer.max_requeues is not None else out.max_requeues,
         )
     return out
 

@@ -9,7 +9,9 @@ chosen interpreter (``python -m pkg``). Checked at submit, in the submitting dir
 from __future__ import annotations
 
 import os
+import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,3 +77,23 @@ def classify(script: str, cwd: Path) -> Program:
         f"{script} is not executable and has no #! line: chmod +x it, or name its "
         f"interpreter: -- bash {script}"
     )
+
+
+def _in_submit_dir(word: str) -> bool:
+    """A relative path that stays inside the submitting directory (``src/train.py``)."""
+    norm = posixpath.normpath(word)
+    return not word.startswith(("/", "~", "-")) and norm != ".." and not norm.startswith("../")
+
+
+def snapshot_word(script: str, args: Sequence[str], *, command: bool) -> int | None:
+    """Which word of ``SCRIPT ARGS`` names the program's own file, the one a job run from a
+    snapshot of the submitting directory starts from there (``--snapshot``): a script; an
+    executable given as a path (``./run.sh``); else a command's first ``.py`` argument
+    (``torchrun --nproc-per-node=2 train.py``, ``python train.py``). None when there is
+    none, or it lies outside the submitting directory (it then runs where it is)."""
+    if not command or "/" in script:
+        return 0 if _in_submit_dir(script) else None
+    for i, word in enumerate(args, 1):
+        if word.endswith(".py") and not word.startswith("-"):
+            return i if _in_submit_dir(word) else None
+    return None

@@ -26,6 +26,7 @@ from clusterjob import resources
 from clusterjob.errors import ClusterjobError, ConfigError, ConfigIssue, printable
 from clusterjob.jobscript.interpreter import Interpreter
 from clusterjob.jobscript.request import ResolvedJob
+from clusterjob.jobscript.requeues import LIMIT_EXIT
 from clusterjob.jobscript.shell import (
     check_no_nul,
     sbatch_option,
@@ -238,6 +239,7 @@ def render(
         "steps": template_value(job_steps(site, resolved)),  # each srun step's own layout
         "site": template_value(site),
         "token": str(resolved.token),
+        "requeue_limit_exit": LIMIT_EXIT,  # an attempt past --max-requeues (jobscript.requeues)
         "python": str(python or chosen.python or ("" if chosen.conda else sys.executable)),
         "interpreter": {
             "why": "given to render" if python else chosen.why,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import posixpath
 import re
 import secrets
 import shlex
@@ -23,7 +24,8 @@ from clusterjob.errors import ConfigError, ConfigIssue, UsageError, did_you_mean
 from clusterjob.jobscript import directives
 from clusterjob.jobscript import interpreter as interpreters
 from clusterjob.jobscript.interpreter import Interpreter, SubmitPython
-from clusterjob.jobscript.program import PYTHON_COMMANDS
+from clusterjob.jobscript.program import PYTHON_COMMANDS, snapshot_word
+from clusterjob.jobscript.requeues import DEFAULT_MAX_REQUEUES, check_max_requeues
 from clusterjob.jobscript.shell import check_directive_value, check_no_nul
 from clusterjob.site import pinning
 from clusterjob.site.model import GpuModel, JobDefaults, Partition, Site, group_model
@@ -91,6 +93,10 @@ class JobRequest:
     apptainer: str | None = None  # the program runs under `apptainer exec --nv IMAGE`
     gres: tuple[str, ...] = ()  # --gres: extra GRES (nvme:10), merged into the one --gres
     project: str | None = None  # --project: fills {project} in the site's account pattern
+    max_requeues: int | None = None  # None: the site's defaults.max_requeues, else 3
+    # --snapshot: the copy of the job's code taken at submit (absolute, or relative to the
+    # job's directory); the program file and PYTHONPATH point there (jobs/snapshot.py)
+    snapshot: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ class ResolvedJob:
     cpus_per_task: int | None = None  # written instead of --cpus-per-gpu (cpus-per-task form)
     mem: str | None = None  # --mem per node, written instead of --mem-per-gpu (mem form)
     preflight: str = "required"  # required | warn | off
+    max_requeues: int = DEFAULT_MAX_REQUEUES  # an attempt past it stops (jobscript.requeues)
 
 
 # --- node map queries -------------------------------------------------------------------
@@ -590,10 +597,10 @@ def _array_and_signal(request: JobRequest) -> tuple[JobRequest, tuple[str, ...]]
     """The ``--array`` a sweep needs, and a single-node ``--signal`` sent to the batch shell
     (``B:``): the script ``exec``s the program there, and without ``B:`` Slurm signals only
     job steps, of which a single-node job has none."""
-    notes: list[str] = []
     array = request.array
     if array is not None:
-        if request.task_args and not re.fullmatch(r"%[0-9]+", array):
+        picked = request.task_args and _sweep_tasks(array, len(request.task_args))
+        if request.task_args and not picked and not re.fullmatch(r"%[0-9]+", array):
             raise UsageError(
                 f"--array {array!r} with --sweep/--params: the tasks come from the sweep; give "
                 "only a limit of tasks running at once, e.g. --array %4"
@@ -603,8 +610,28 @@ def _array_and_signal(request: JobRequest) -> tuple[JobRequest, tuple[str, ...]]
                 array_task_ids(array)
             except ValueError as exc:
                 raise UsageError(f"--array: {exc}") from None
+        if picked:  # some tasks of the sweep (resubmit --failed): their own indices
+            return _signal(request, array)
     if request.task_args:
         array = f"0-{len(request.task_args) - 1}{array or ''}"
+    return _signal(request, array)
+
+
+def _sweep_tasks(array: str, count: int) -> bool:
+    """Whether ``array`` names tasks of a sweep of ``count`` tasks by their indices (``1,3``,
+    ``2``, ``0-1%1``), as ``resubmit`` does to run some of them again; a range past the
+    sweep's end is not such a choice (it is refused as before)."""
+    if array.startswith("%"):
+        return False
+    try:
+        ids = array_task_ids(array)
+    except ValueError:
+        return False
+    return bool(ids) and all(0 <= i < count for i in ids)
+
+
+def _signal(request: JobRequest, array: str | None) -> tuple[JobRequest, tuple[str, ...]]:
+    notes: list[str] = []
     signal = request.signal
     if signal is not None:
         m = _SIGNAL.fullmatch(signal)
@@ -693,12 +720,17 @@ def check_setup(request: JobRequest) -> tuple[tuple[str, str], ...]:
 def program_argv(request: JobRequest) -> tuple[bool, tuple[str, ...]]:
     """Whether the job's Python starts the program, and the words that follow: a script runs
     as ``"$python" SCRIPT ARGS``; a command as given, ``python``/``python3`` there meaning the
-    job's interpreter (``python -m pkg``)."""
+    job's interpreter (``python -m pkg``). With a snapshot, the program's own file is its
+    copy there (``program.snapshot_word``)."""
+    words = [request.script, *request.args]
+    where = snapshot_word(request.script, request.args, command=request.command)
+    if request.snapshot and where is not None:
+        words[where] = posixpath.join(request.snapshot, posixpath.normpath(words[where]))
     if not request.command:
-        return True, (request.script, *request.args)
+        return True, tuple(words)
     if request.script in PYTHON_COMMANDS:
-        return True, request.args
-    return False, (request.script, *request.args)
+        return True, tuple(words[1:])
+    return False, tuple(words)
 
 
 def _check_container(request: JobRequest) -> str | None:
@@ -923,7 +955,17 @@ def resolve(
         cpus_per_task=cpus_per_task,
         mem=mem,
         preflight=partition.preflight or site.preflight,
+        max_requeues=_max_requeues(request, defaults),
     )
+
+
+def _max_requeues(request: JobRequest, defaults: JobDefaults) -> int:
+    """The user's --max-requeues, else the site's default, else ``DEFAULT_MAX_REQUEUES``."""
+    if request.max_requeues is not None:
+        return check_max_requeues(request.max_requeues)
+    if defaults.max_requeues is not None:
+        return defaults.max_requeues
+    return DEFAULT_MAX_REQUEUES
 
 
 def _site_task_count(site: Site, defaults: JobDefaults, has_gpus: bool) -> int | None:

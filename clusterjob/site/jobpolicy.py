@@ -122,6 +122,7 @@ def read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults |
         read_key(fields, key, lambda n, p: v.integer(n, p, minimum=1), path)
         for key in ("tasks_per_node", "cpus_per_task")
     )
+    requeues = read_key(fields, "max_requeues", lambda n, p: v.integer(n, p, minimum=0), path)
     if isinstance(cpus, int) and isinstance(cpus_per_task, int):
         v.error(
             key_line(fields, "cpus_per_task"),
@@ -148,7 +149,7 @@ def read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults |
         failed = True
     gres = _read_items(v, fields.get("gres"), join_path(path, "gres"), _check_gres)
     sbatch = _read_items(v, fields.get("sbatch"), join_path(path, "sbatch"), _check_sbatch)
-    values = (account, qos, cpus, mem, time, rules, gres, sbatch, tasks, cpus_per_task)
+    values = (account, qos, cpus, mem, time, rules, gres, sbatch, tasks, cpus_per_task, requeues)
     if failed or any(x is INVALID for x in values):
         return INVALID
     assert not isinstance(rules, Invalid) and not isinstance(gres, Invalid)
@@ -164,6 +165,7 @@ def read_defaults(v: Validator, entry: Entry | None, path: str) -> JobDefaults |
         sbatch=sbatch,
         tasks_per_node=tasks if isinstance(tasks, int) else None,
         cpus_per_task=cpus_per_task if isinstance(cpus_per_task, int) else None,
+        max_requeues=requeues if isinstance(requeues, int) else None,
     )
 
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -418,3 +418,41 @@ def test_shell_over_ssh(login: Login, laptop: Path, tmp_path: Path, sandbox: San
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "on-the-node" in done.stdout
+
+
+def test_function_results_over_ssh_come_from_their_markers(
+    login: Login, laptop: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over ssh, with an hour between looks at Slurm: the results still come, each read
+    from its result file once one round trip (which waits on the login node) saw it; no
+    squeue or sacct was run for them. stdout and stderr are read from the job's directory."""
+    from clusterjob.api.cluster import Cluster
+    from clusterjob.slurm.runner import SlurmResult
+
+    for key, value in {**login.env, "CLUSTERJOB_DATA_DIR": str(tmp_path / "data")}.items():
+        monkeypatch.setenv(key, value)
+    for key in [k for k in os.environ if k.startswith("SLURM_") and k != "SLURM_CONF"]:
+        monkeypatch.delenv(key)
+    monkeypatch.delenv("CLUSTERJOB_SITE", raising=False)
+    slurm: list[str] = []
+
+    def counted(cmd: Sequence[str], timeout: float, input: str | None) -> SlurmResult:
+        slurm.append(cmd[0])
+        return cluster.transport.exec(cmd, timeout, input)
+
+    cluster = Cluster(host=login.host, workdir=laptop, remote_dir=str(tmp_path / "remote"),
+                      python=sys.executable, poll_interval=3600, exec=counted)  # fmt: skip
+
+    def shout(x: int) -> int:
+        print(f"out {x}")
+        print(f"err {x}", file=sys.stderr)
+        return -x
+
+    job = cluster.submit_function(shout, 7)
+    jobs = cluster.map(shout, [1, 2, 3])
+    assert job.result(timeout=180) == -7
+    assert [j.result(timeout=180) for j in jobs] == [-1, -2, -3]
+    assert {j.settled_by for j in (job, *jobs)} == {"marker"}
+    assert [c for c in slurm if c in ("squeue", "sacct")] == []
+    assert (job.stdout(), job.stderr()) == ("out 7\n", "err 7\n")
+    assert jobs[2].stderr() == "err 3\n"

@@ -8,6 +8,15 @@
 #SBATCH --qos=regular
 #SBATCH --comment=clusterjob:0123456789abcdef
 
+# Slurm requeues a job (preemption, node failure, --requeue) with no limit of its own: an
+# attempt past 3 requeue(s) (--max-requeues) stops here, before anything runs.
+export CLUSTERJOB_MAX_REQUEUES=3
+if (( ${SLURM_RESTART_COUNT:-0} > CLUSTERJOB_MAX_REQUEUES )); then
+    message="clusterjob: requeued $SLURM_RESTART_COUNT times, limit $CLUSTERJOB_MAX_REQUEUES reached (--max-requeues): stopping without running the program"
+    echo "$message"
+    exit 79
+fi
+
 set -euo pipefail
 
 # CUDA numbers GPUs fastest-first unless told otherwise; NVML and Slurm use PCI bus order.
