@@ -15,7 +15,15 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks import cli, prolog, site_config, slurm_load, submission
+from benchmarks import (
+    cli,
+    prolog,
+    result_latency,
+    site_config,
+    site_init,
+    slurm_load,
+    submission,
+)
 from benchmarks.common import Result, Row, as_installed, machine_line
 
 BENCHMARKS = {
@@ -23,7 +31,9 @@ BENCHMARKS = {
     "cli": cli.run,
     "slurm_load": slurm_load.run,
     "site_config": site_config.run,
+    "site_init": site_init.run,
     "submission": submission.run,
+    "result_latency": result_latency.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results" / "results.md"
 HISTORY = Path(__file__).parent / "history.md"

@@ -44,6 +44,7 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
     "error": ({"error": "e-%j.err"}, "#SBATCH --error=e-%j.err"),
     "signal": ({"signal": "B:USR1@60"}, "#SBATCH --signal=B:USR1@60"),
     "requeue": ({"requeue": True}, "#SBATCH --requeue"),
+    "max_requeues": ({"max_requeues": 1}, "export CLUSTERJOB_MAX_REQUEUES=1\n"),
     "exclude": ({"exclude": "gpu3"}, "#SBATCH --exclude=gpu3"),
     "nodelist": ({"nodelist": "gpu1"}, "#SBATCH --nodelist=gpu1"),
     "mail_type": ({"mail_type": "END"}, "#SBATCH --mail-type=END"),
@@ -72,6 +73,7 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
     "conda": ({"conda": "myenv"}, "activate myenv"),
     "sweep": ({"sweep": ["lr=1,2"]}, "1) task_args=(--lr=2) ;;"),
     "params": ({"params": "{dir}/params.txt"}, "1) task_args=(--a 2) ;;"),
+    "snapshot": ({"snapshot": True}, "export CLUSTERJOB_SNAPSHOT={dir}/data/snapshots/"),
 }  # fmt: skip
 
 

@@ -49,7 +49,7 @@ def _run(tmp_path: Path, *names: str) -> dict:
 
 
 def test_local_benchmarks_produce_figures(tmp_path: Path) -> None:
-    results = _run(tmp_path, "prolog", "cli", "site_config")
+    results = _run(tmp_path, "prolog", "cli", "site_config", "site_init")
     if os.geteuid() == 0:
         prolog = results["prolog"]["rows"]
         assert any("warm cache" in r["figure"] and r["ratio"] > 0 for r in prolog)
@@ -60,6 +60,9 @@ def test_local_benchmarks_produce_figures(tmp_path: Path) -> None:
     }
     assert all(r["value"] > 0 for r in cli)
     assert any(r["unit"] == "MiB" for r in results["site_config"]["rows"])
+    init = {r["figure"]: r for r in results["site_init"]["rows"]}
+    assert all(r["ratio"] > 0 for r in init.values() if r["unit"] == "ms")
+    assert any(f.startswith("describe (") for f in init)
 
 
 @pytest.mark.slurm
@@ -92,3 +95,19 @@ print(json.dumps(found))
     from clusterjob.cli import COMMAND_MODULES
 
     assert {k: f"clusterjob.cli.{v}" for k, v in COMMAND_MODULES.items()} == found
+
+
+@pytest.mark.slurm
+def test_result_latency_benchmark_produces_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks.result_latency import CLUSTERJOB
+
+    if "SLURM_CONF" not in os.environ:
+        monkeypatch.setenv("SLURM_CONF", SANDBOX_CONF)
+    if not _slurm_up():
+        pytest.skip("no Slurm sandbox here")
+    rows = {r["figure"]: r for r in _run(tmp_path, "result_latency")["result_latency"]["rows"]}
+    assert rows[CLUSTERJOB]["value"] > 0
+    calls = rows["clusterjob: Slurm status calls while waiting"]["value"]
+    assert calls == int(calls) >= 0

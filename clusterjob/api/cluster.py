@@ -19,8 +19,9 @@ exceptions of ``clusterjob.errors`` (``UsageError``, ``SlurmError``, ...).
 
 A ``Job`` is a ``concurrent.futures.Future``: ``concurrent.futures.wait`` and
 ``as_completed`` work on it. Its state comes from one poller per ``Cluster`` that asks Slurm
-about ALL its unfinished jobs at once (one squeue, one sacct) every ``poll_interval``
-seconds, through the status cache every clusterjob process shares.
+about ALL its unfinished jobs at once (one squeue, one sacct), through the status cache every
+clusterjob process shares: every ``poll_interval`` seconds for a command job; a function
+job's end is its result file, looked for often, Slurm asked less and less (``polling``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from clusterjob.errors import ClusterjobError, JobFailed, JobTimeout, SlurmError, UsageError
+from clusterjob.api.polling import first_slurm_look
+from clusterjob.errors import (
+    ClusterjobError,
+    JobFailed,
+    JobTimeout,
+    SlurmError,
+    SubmissionUncertain,
+    UsageError,
+)
 from clusterjob.slurm.runner import LocalTransport, Runner, SlurmResult, SshTransport
 
 if TYPE_CHECKING:
@@ -46,14 +55,22 @@ if TYPE_CHECKING:
     from clusterjob.jobs.submit import Submitted, TestOnlyResult
     from clusterjob.jobs.wait import WaitResult
     from clusterjob.jobscript.render import RenderedJob
-    from clusterjob.jobscript.request import ResolvedJob
+    from clusterjob.jobscript.request import JobRequest, ResolvedJob
     from clusterjob.site.model import Site
     from clusterjob.slurm.commands import SlurmClient
 
-DEFAULT_POLL_INTERVAL = 10.0  # seconds between the poller's looks at Slurm (as `wait`)
+# seconds between the poller's looks at Slurm (as `wait`): a command job's; a function job's
+# at first, backing off (polling.slurm_interval), its result file looked for in between
+DEFAULT_POLL_INTERVAL = 10.0
 CHECKPOINT_GRACE = 90  # seconds before the time limit a checkpointable function is warned
 RESULT_GRACE = 30.0  # how long a COMPLETED function job's result file may lag (shared fs)
 WORKER_NAME = "clusterjob_worker.py"
+REMOTE_SNAPSHOTS = ".clusterjob/snapshots"  # --snapshot over ssh: under the job's directory
+# The snapshots on the login node: "MTIME NAME" per directory (none when there is no folder).
+_LIST_SNAPSHOTS = (
+    'cd -- "$1" 2>/dev/null || exit 0; for d in *; do if [ -d "$d" ] && [ ! -L "$d" ]; then '
+    'printf "%s %s\\n" "$(stat -c %Y -- "$d")" "$d"; fi; done; exit 0'
+)
 
 # The keywords of submit(), as `clusterjob submit` options: name -> default.
 JOB_OPTIONS: dict[str, object] = {
@@ -65,6 +82,7 @@ JOB_OPTIONS: dict[str, object] = {
     "launcher": None, "launcher_args": (), "setup": (), "modules": (), "env": (),
     "container_image": None, "container_mounts": None, "apptainer": None, "python": None,
     "venv": None, "conda": None, "sweep": (), "params": None, "gres": (), "project": None,
+    "max_requeues": None, "snapshot": None,
 }  # fmt: skip
 
 # The keywords of shell(), as `clusterjob shell` options (a subset of JOB_OPTIONS).
@@ -115,6 +133,10 @@ class Cluster:
     this machine whatever the environment says). ``workdir``: the directory jobs are
     submitted from (default: the current one); for a remote cluster, the one synced to
     ``remote_dir`` there unless ``sync=False`` (then ``remote_dir`` already holds the code).
+    ``snapshot``: run each job from a copy of its code taken at submit (``--snapshot``; a job
+    keyword ``snapshot=`` wins). ``debug``: check each job as for Slurm, then run it here, in
+    this process, at submit (functions called directly: ``breakpoint()`` works); nothing is
+    sent to Slurm, and the jobs are ``DebugJob``s (ids ``debug-1``, ...).
     """
 
     def __init__(
@@ -128,6 +150,8 @@ class Cluster:
         python: str | None = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         exec: Callable[[Sequence[str], float, str | None], SlurmResult] | None = None,
+        snapshot: bool = False,
+        debug: bool = False,
     ) -> None:
         from clusterjob.api.remote import HOST_ENV, host_profile
 
@@ -153,10 +177,14 @@ class Cluster:
         self._calls = [0]  # shared with the views of options()
         self._defaults: dict[str, object] = {}
         self._poller = _Poller(self)
+        self.snapshot = bool(snapshot)
+        self.debug = bool(debug)
+        self._debug_ids = [0]  # shared with the views of options()
 
     def __repr__(self) -> str:
         where = f"host={self.host!r}" if self.host else "local"
-        return f"Cluster({where}, site={self._site_spec!r})"
+        debug = ", debug=True" if self.debug else ""
+        return f"Cluster({where}, site={self._site_spec!r}{debug})"
 
     @property
     def remote(self) -> bool:
@@ -200,10 +228,14 @@ class Cluster:
             from clusterjob.site.sitecache import load_site
 
             if self._site_spec or not self.remote:
+                from clusterjob.site.initcache import described_site_file
+
                 path = find_site(
                     self._site_spec,
                     environ=os.environ,
                     cluster_name=lambda: self.client().cluster_name(),
+                    # no site file for this cluster: `site init`'s description, cached
+                    describe=None if self.remote else lambda name: described_site_file(name),
                 )
             else:
                 from clusterjob.api.remote import remote_site_file
@@ -250,6 +282,8 @@ class Cluster:
         )
 
         o = self._job_options(options)
+        token = token or new_token()
+        snapshot = self._snapshot_dir(new_token(), o["snapshot"])  # a name of its own, see there
         named = ("python", "venv", "conda", "container_image", "apptainer")
         submit_python = None  # a pyenv shim on PATH resolves while the site loads
         if not self.remote and not any(o[k] for k in named):
@@ -304,6 +338,7 @@ class Cluster:
             error=o["error"],
             signal=o["signal"],
             requeue=bool(o["requeue"]),
+            max_requeues=o["max_requeues"],
             exclude=o["exclude"],
             nodelist=o["nodelist"],
             mail_type=o["mail_type"],
@@ -325,7 +360,8 @@ class Cluster:
             python=o["python"],
             venv=o["venv"],
             conda=o["conda"],
-            token=token or new_token(),
+            token=token,
+            snapshot=snapshot,
         )
         if request.dependency and "last" in request.dependency:
             from clusterjob.jobs.submit import expand_dependency
@@ -407,6 +443,76 @@ class Cluster:
         request = replace(request, python=chosen.python, venv=chosen.venv, python_why=chosen.why)
         return replace(resolved, request=request, interpreter=chosen)
 
+    def _snapshot_dir(self, name: str, asked: object) -> str | None:
+        """Where a job runs its code from (``JobRequest.snapshot``), or None without
+        ``--snapshot``: ``name`` in the data dir here; over ssh, under the job's directory
+        there (relative to it). A debug cluster runs the live code. The name is not the job's
+        token: ``resubmit --same-script`` gives the script a new token, and the same code."""
+        if not (self.snapshot if asked is None else bool(asked)) or self.debug:
+            return None
+        if not self.remote:
+            from clusterjob.jobs.snapshot import snapshot_path
+
+            return str(snapshot_path(name))
+        if not self._sync:
+            raise UsageError(
+                "--snapshot with --host copies the code from here, but this host's code is "
+                "not synced from here (sync: false / --no-sync): drop one of them"
+            )
+        return f"{REMOTE_SNAPSHOTS}/{name}"
+
+    def _take_snapshot(self, request: JobRequest, workdir: str) -> Path | None:
+        """Copy the code for ``request``'s job (``jobs/snapshot.py``) where the job will
+        read it; over ssh, copied here first and shipped there. The local copy, if kept."""
+        from clusterjob.jobs import snapshot as snapshots
+        from clusterjob.jobscript.program import snapshot_word
+
+        where = snapshot_word(request.script, request.args, command=request.command)
+        words = [request.script, *request.args]
+        extra = [os.path.normpath(words[where])] if where is not None else []
+        assert request.snapshot is not None
+        local = snapshots.take(self.workdir, PurePosixPath(request.snapshot).name, extra)
+        if not self.remote:
+            return local
+        from clusterjob.api.remote import remote_sh
+        from clusterjob.slurm import ssh
+
+        assert isinstance(self.transport, SshTransport)
+        try:
+            remote_sh(self.transport, 'mkdir -p -m 700 -- "$1"', f"{workdir}/{REMOTE_SNAPSHOTS}")
+            target = f"{workdir}/{request.snapshot}"
+            ssh.run_rsync(ssh.rsync_argv(self.transport.target, local, target, ()),
+                          self.transport.target)  # fmt: skip
+        finally:
+            snapshots.discard(local)
+        return None
+
+    def _prune_snapshots(self, workdir: str) -> None:
+        """Remove the snapshots no recorded job needs any more (``jobs/snapshot.stale``),
+        here or in the job directory on the cluster; never fails a submission."""
+        import re
+
+        from clusterjob.jobs import snapshot as snapshots
+
+        with contextlib.suppress(ClusterjobError, OSError):
+            records = self.registry().all()
+            if not self.remote:
+                snapshots.prune(records)
+                return
+            from clusterjob.api.remote import remote_sh
+
+            assert isinstance(self.transport, SshTransport)
+            where = f"{workdir}/{REMOTE_SNAPSHOTS}"
+            out = remote_sh(self.transport, _LIST_SNAPSHOTS, where)
+            found = []
+            for line in out.splitlines():
+                made, _, name = line.partition(" ")
+                if made.isdigit() and re.fullmatch(r"[A-Za-z0-9_-]+", name):
+                    found.append((name, float(made)))
+            gone = snapshots.stale(found, records, time.time())
+            if gone:
+                remote_sh(self.transport, 'cd -- "$1" && shift && rm -rf -- "$@"', where, *gone)
+
     def _remote_workdir(self) -> str:
         """The job directory on the cluster (created once), synced from ``workdir`` first
         unless ``sync=False``."""
@@ -435,6 +541,8 @@ class Cluster:
         if test_only:
             raise UsageError("test_only: call submit_test_only(), which returns Slurm's estimate")
         prepared = self.prepare(program, args, **options)
+        if self.debug:
+            return self._debug_command(prepared, mkdir=mkdir)
         if command_line is None:
             command_line = _api_call("submit", program, args)
         result = _submitted(self.submit_prepared(prepared, mkdir=mkdir, command_line=command_line))
@@ -459,9 +567,16 @@ class Cluster:
         mkdir: bool = False,
         command_line: Sequence[str] | None = None,
     ) -> Submitted | TestOnlyResult:
-        """Send a prepared job to Slurm exactly once (the CLI's ``submit`` ends here)."""
+        """Send a prepared job to Slurm exactly once (the CLI's ``submit`` ends here). With
+        ``--snapshot``, its code is copied first (and the copy removed if no job was made)."""
         from clusterjob.jobs import submit as job_submit
+        from clusterjob.jobs.snapshot import discard
 
+        if self.debug:
+            raise UsageError(
+                "Cluster(debug=True) sends nothing to Slurm: submit(), submit_function() and "
+                "map() run the job here"
+            )
         request = prepared.resolved.request
         if self.remote:
             workdir = self._remote_workdir()
@@ -471,6 +586,29 @@ class Cluster:
         else:
             job_submit.check_output_dirs(request.output, request.error, self.workdir, mkdir=mkdir)
             workdir, source = str(self.workdir), self.workdir
+        copied = None
+        if request.snapshot and not test_only:
+            copied = self._take_snapshot(request, workdir)
+        try:
+            submitted = self._send(prepared, test_only, workdir, command_line, source)
+        except (UsageError, SlurmError) as exc:
+            if copied is not None and not isinstance(exc, SubmissionUncertain):
+                discard(copied)  # no job was made (a job that may exist keeps it)
+            raise
+        if request.snapshot and not test_only:
+            self._prune_snapshots(workdir)
+        return submitted
+
+    def _send(
+        self,
+        prepared: Prepared,
+        test_only: bool,
+        workdir: str,
+        command_line: Sequence[str] | None,
+        source: Path | None,
+    ) -> Submitted | TestOnlyResult:
+        from clusterjob.jobs import submit as job_submit
+
         return job_submit.submit(
             self.site,
             prepared.resolved,
@@ -539,13 +677,20 @@ class Cluster:
             raise UsageError(f"not a function: {fn!r}")
         options = dict(self._defaults)
         token = new_token()
-        jobdir = f"{self._function_root()}/{token}"
+        if self.debug:  # a directory named, never made: the job is checked, then run here
+            from clusterjob.jobs.registry import data_dir
+
+            jobdir = f"{data_dir() / 'functions'}/{token}"
+        else:
+            jobdir = f"{self._function_root()}/{token}"
         try:
             payload = cloudpickle.dumps((worker.PROTOCOL, fn, calls))
         except Exception as exc:
             raise UsageError(f"cannot pickle {_name(fn)} and its arguments: {exc}") from None
-        self.transport.write_bytes(f"{jobdir}/input.pkl", payload)
-        self.transport.write_bytes(f"{jobdir}/{WORKER_NAME}", Path(worker.__file__).read_bytes())
+        if not self.debug:
+            self.transport.write_bytes(f"{jobdir}/input.pkl", payload)
+            worker_file = Path(worker.__file__).read_bytes()
+            self.transport.write_bytes(f"{jobdir}/{WORKER_NAME}", worker_file)
         if callable(getattr(fn, "checkpoint", None)):
             options.setdefault("signal", f"B:USR1@{CHECKPOINT_GRACE}")
             options.setdefault("requeue", True)
@@ -554,9 +699,10 @@ class Cluster:
             if limit and not limit.startswith("%"):
                 raise UsageError("map(): give at most array='%N' (how many tasks run at once)")
             options["array"] = f"0-{len(calls) - 1}{limit}"
-        options.setdefault(
-            "output", f"{jobdir}/slurm-%A_%a.out" if array else f"{jobdir}/slurm-%j.out"
-        )
+        # its own directory holds its logs, stdout and stderr apart: ID.out, ID.err
+        logs = f"{jobdir}/%A_%a" if array else f"{jobdir}/%j"
+        options.setdefault("output", f"{logs}.out")
+        options.setdefault("error", f"{logs}.err")
         options.setdefault("job_name", _name(fn))
         chooses = not any(options.get(k) for k in ("python", "venv", "conda"))
         if (
@@ -569,6 +715,8 @@ class Cluster:
         prepared = self.prepare(
             ["python", "-u", f"{jobdir}/{WORKER_NAME}", jobdir], (), token=token, **options
         )
+        if self.debug:
+            return self._debug_functions(prepared, fn, calls, array=array)
         result = _submitted(
             self.submit_prepared(
                 prepared,
@@ -581,6 +729,92 @@ class Cluster:
             Job(self, f"{result.job_id}_{i}", submitted=result, jobdir=jobdir, task=i)
             for i in range(len(calls))
         ]
+
+    # --- debug: the job checked as for Slurm, then run here ------------------------------------
+
+    def _debug_id(self) -> str:
+        with self._calls_lock:
+            self._debug_ids[0] += 1
+            return f"debug-{self._debug_ids[0]}"
+
+    def _debug_command(self, prepared: Prepared, *, mkdir: bool) -> DebugJob:
+        """Run a prepared script or command job here, as a child process in the submitting
+        directory with this terminal (each array task in turn, with its own
+        ``SLURM_ARRAY_TASK_ID`` and sweep arguments); no launcher, setup or container."""
+        import shutil
+        import subprocess
+
+        from clusterjob.jobs.submit import check_output_dirs
+        from clusterjob.slurm.syntax import array_task_ids
+
+        resolved = prepared.resolved
+        request = resolved.request
+        if not self.remote:
+            check_output_dirs(request.output, request.error, self.workdir, mkdir=mkdir)
+        chosen = resolved.interpreter.python if resolved.interpreter else None
+        python = shutil.which(chosen) if chosen else None
+        argv = (
+            [python or sys.executable, *resolved.argv] if resolved.runs_python else [*resolved.argv]
+        )
+        env = {**os.environ, **dict(resolved.env), "CLUSTERJOB_TOKEN": request.token}
+        tasks = array_task_ids(request.array) if request.array else [None]
+        job_id = self._debug_id()
+        started = time.time()
+        code = 0
+        for task in tasks:
+            words = list(argv)
+            if task is not None:
+                env["SLURM_ARRAY_TASK_ID"] = str(task)
+                if request.task_args:
+                    words += request.task_args[task]
+            try:
+                done = subprocess.run(words, cwd=self.workdir, env=env, check=False)
+            except OSError as exc:
+                raise UsageError(f"debug: cannot run {words[0]}: {exc.strerror}") from None
+            code = code or done.returncode
+        row = _debug_status(self, job_id, resolved.job_name, code, started)
+        job = DebugJob(self, job_id, row)
+        job._set(**({"result": row} if code == 0 else {"exception": _failed(job_id, row)}))
+        return job
+
+    def _debug_functions(
+        self,
+        prepared: Prepared,
+        fn: Callable[..., Any],
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        *,
+        array: bool,
+    ) -> list[Job]:
+        """Call ``fn`` here for each of ``calls``, in order, as the job's worker would: what it
+        returns is the result (it must pickle, as it must in a job), what it raises is
+        re-raised by ``result()``."""
+        import cloudpickle
+
+        from clusterjob.jobs.submit import check_output_dirs
+
+        output, error = (
+            str(v) if v else None for v in map(self._defaults.get, ("output", "error"))
+        )
+        if not self.remote:  # the directories the user named for -o/-e must exist, as in Slurm
+            check_output_dirs(output, error, self.workdir)
+        base = self._debug_id()
+        jobs: list[Job] = []
+        for i, (args, kwargs) in enumerate(calls):
+            job_id = f"{base}_{i}" if array else base
+            started = time.time()
+            outcome: dict[str, Any]
+            try:
+                value = fn(*args, **kwargs)
+                cloudpickle.dumps(value)  # a job's result travels pickled: one that cannot fails
+                outcome = {"result": value}
+            except (Exception, SystemExit) as exc:
+                outcome = {"exception": exc}
+            failed = "exception" in outcome
+            row = _debug_status(self, job_id, prepared.resolved.job_name, int(failed), started)
+            job = DebugJob(self, job_id, row, function=True, task=i)
+            job._set(**outcome)
+            jobs.append(job)
+        return jobs
 
     # --- the jobs clusterjob submitted --------------------------------------------------------
 
@@ -633,17 +867,81 @@ class Cluster:
     def wait(
         self, jobs: Sequence[str], *, timeout: float | None = None, interval: float = 10.0
     ) -> WaitResult:
-        """``clusterjob wait``: poll until the jobs end (or ``timeout``)."""
+        """``clusterjob wait``: poll until the jobs end (or ``timeout``). A function job's
+        end is seen by its result file (its marker) within a second or two, and Slurm asked
+        then how it ended, instead of after ``interval``."""
         from clusterjob.jobs.wait import wait
 
+        registry = self.registry()
+        markers = self._function_tasks(jobs, registry)
         return wait(
             list(jobs),
             timeout=timeout,
             interval=interval,
             client=self.client(),
-            registry=self.registry(),
+            registry=registry,
             cache=self.cache(),
+            ending=self._ending(markers) if markers else None,
         )
+
+    def _function_tasks(
+        self, jobs: Sequence[str], registry: Registry
+    ) -> dict[str, list[tuple[str, int]]]:
+        """The function jobs among ``jobs`` (by the id ``status`` shows them under): each
+        one's (job directory, task) pairs, all of a ``map``'s tasks for its own id."""
+        from clusterjob.jobs.status import array_spec
+        from clusterjob.slurm.syntax import array_task_ids, split_array_id
+
+        found: dict[str, list[tuple[str, int]]] = {}
+        for name in jobs:
+            try:
+                job_id = registry.resolve_id(name)
+            except UsageError:
+                continue  # wait() itself says what is wrong with it
+            base, task = split_array_id(job_id)
+            record = registry.get(base)
+            function = _function_job(record) if record is not None else None
+            if record is None or function is None:
+                continue
+            jobdir, mapped = function
+            if task is not None:
+                tasks = [int(task)]
+            elif mapped:
+                spec = array_spec(record.script)
+                tasks = array_task_ids(spec) if spec else []
+            else:
+                tasks = [0]
+            if tasks:
+                found[job_id] = [(jobdir, t) for t in tasks]
+        return found
+
+    def _ending(
+        self, markers: Mapping[str, list[tuple[str, int]]]
+    ) -> Callable[[Sequence[str], float], list[str]]:
+        """``jobs.wait``'s ``ending``: which of the ids have left every task's result file,
+        waiting up to ``within`` seconds (over ssh, one round trip) for that."""
+        from clusterjob.api.polling import finished_tasks
+
+        seen: set[tuple[str, int]] = set()
+
+        def ending(ids: Sequence[str], within: float) -> list[str]:
+            end = time.monotonic() + within
+            while True:
+                wanted: dict[str, set[int]] = {}
+                for job_id in ids:
+                    for jobdir, task in markers.get(job_id, ()):
+                        if (jobdir, task) not in seen:
+                            wanted.setdefault(jobdir, set()).add(task)
+                left = max(0.0, end - time.monotonic())
+                if wanted:
+                    seen.update(finished_tasks(self.transport, wanted, within=left))
+                else:
+                    time.sleep(left)
+                done = [i for i in ids if i in markers and all(p in seen for p in markers[i])]
+                if done or time.monotonic() >= end:
+                    return done
+
+        return ending
 
     def resubmit(
         self,
@@ -651,24 +949,27 @@ class Cluster:
         *,
         changes: object = None,
         same_script: bool = False,
+        failed: bool = False,
     ) -> Submitted:
         """``clusterjob resubmit``: a recorded job again, re-rendered with today's site (and
-        ``changes``, a ``clusterjob.jobs.submit.Changes``) or ``same_script``."""
+        ``changes``, a ``clusterjob.jobs.submit.Changes``) or ``same_script``; ``job`` as
+        ``ID_TASK``: that task of an array alone; ``failed``: an array's tasks that did not
+        complete, as one new array. Over ssh the job runs from its recorded directory there
+        (nothing is synced) with its Python chosen on the cluster."""
         from clusterjob.jobs.submit import Changes, resubmit
 
-        if self.remote and not same_script:
-            raise UsageError(
-                "resubmit with --host replays the recorded script: add --same-script "
-                "(or submit again, which syncs the code and renders the job anew)"
-            )
+        if self.debug:
+            raise UsageError("Cluster(debug=True) sends nothing to Slurm: it resubmits nothing")
         assert changes is None or isinstance(changes, Changes)
         return resubmit(
             job,
             site=None if same_script else self.site,
             changes=changes,
             same_script=same_script,
+            failed=failed,
             client=self.client(),
             registry=self.registry(),
+            interpreter=self._remote_interpreter if self.remote else None,
         )
 
     def provenance(self, job: str) -> dict[str, object]:
@@ -812,8 +1113,13 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
 
     ``result()``: a function job's return value (or the exception it raised, re-raised with
     the job's traceback as its ``__cause__``); a command job's final ``JobStatus`` when it
-    COMPLETED. A job that ended otherwise raises ``JobFailed``.
+    COMPLETED. A job that ended otherwise raises ``JobFailed``. ``stdout()``, ``stderr()``:
+    what it wrote so far.
     """
+
+    # what set the outcome: "marker" (a function job's result file, seen before Slurm said
+    # the job ended) or "slurm" (Slurm's state; the result file read then)
+    settled_by: str | None = None
 
     def __init__(
         self,
@@ -833,6 +1139,12 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         self.last_status: JobStatus | None = None
         self._completed_without_result: float | None = None
         self._ended_without_code: float | None = None
+        self._added = time.monotonic()
+        self._slurm_due = self._added + first_slurm_look(
+            marker=jobdir is not None,
+            found_again=submitted is None,
+            poll_interval=cluster.poll_interval,
+        )
         cluster._poller.add(self)
 
     @property
@@ -866,13 +1178,41 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         """Block until the job ends; its final status (whatever the state), or its PENDING
         one when it will never start. ``JobTimeout`` (a ``TimeoutError``) when it is still
         going after ``timeout`` seconds."""
+        end = None if timeout is None else time.monotonic() + timeout
         self.cluster._poller.wake()
         done, _ = concurrent.futures.wait([self], timeout=timeout)
         if not done:
             raise JobTimeout(f"job {self.id} still {self._shown_state()} after {timeout:g}s")
+        if self.settled_by == "marker" and not self.cancelled():
+            return self._final_status(end, timeout)
         if self.last_status is None or self.cancelled():
             return self.status()  # cancelled here: Slurm's word on how it ended
         return self.last_status
+
+    def _final_status(self, end: float | None, timeout: float | None) -> JobStatus:
+        """Slurm's word on how a job ended whose result came from its marker: the worker
+        has just exited, so it is asked again soon (past the status cache, whose answer
+        predates the marker), backing off, until it shows the end."""
+        from clusterjob.jobs.status import StatusCache, status
+        from clusterjob.jobs.wait import EXIT_CODE_GRACE, ended
+
+        fresh = StatusCache(host=self.cluster.host, ttl=0)  # still shares what it learns
+        pause, first_end = 0.25, None
+        while True:
+            (row,) = status([self.id], client=self.cluster.client(),
+                            registry=self.cluster.registry(), cache=fresh)  # fmt: skip
+            self.last_status = row
+            now = time.monotonic()
+            if ended(row):
+                first_end = first_end or now
+                if row.exit_code is not None or row.state == "COMPLETED":
+                    return row
+                if now - first_end >= EXIT_CODE_GRACE:  # no accounting: the end is final
+                    return row
+            if end is not None and now >= end:
+                raise JobTimeout(f"job {self.id} still {row.state} after {timeout:g}s")
+            time.sleep(pause if end is None else max(0.0, min(pause, end - now)))
+            pause = min(2 * pause, self.cluster.poll_interval)
 
     def _shown_state(self) -> str:
         return self.last_status.state if self.last_status else "PENDING"
@@ -908,6 +1248,26 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
     def logs(self, *, stderr: bool = False) -> str:
         """What the job has written so far (its stdout, or ``stderr``)."""
         return self.cluster.logs(self.id, stderr=stderr)
+
+    def stdout(self) -> str | None:
+        """What the job has written to its standard output so far; None while that file
+        does not exist (the job has not started). A function job's is ``JOBDIR/ID.out`` in
+        its own directory, read without asking Slurm where it is."""
+        return self._output(stderr=False)
+
+    def stderr(self) -> str | None:
+        """As ``stdout()``, the standard error (a function job's ``JOBDIR/ID.err``: the
+        traceback of what it raised is there)."""
+        return self._output(stderr=True)
+
+    def _output(self, *, stderr: bool) -> str | None:
+        if self.jobdir is not None:
+            name = f"{self.id}.{'err' if stderr else 'out'}"
+            text = self.cluster.read_log(Path(self.jobdir) / name)
+            if text is not None:
+                return text
+        # a command job, or a function job submitted by a clusterjob that named it otherwise
+        return self.cluster.read_log(self.cluster.output_path(self.id, stderr=stderr))
 
     def follow(self, *, stderr: bool = False) -> Iterator[str]:
         """The job's output as it is written, until it ends."""
@@ -951,12 +1311,27 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
                 return  # a shared file system may show the result a moment later
         self._set(exception=self._no_result(row))
 
-    def _set(self, *, result: Any = None, exception: BaseException | None = None) -> None:
+    def _set(
+        self, *, result: Any = None, exception: BaseException | None = None, by: str = "slurm"
+    ) -> None:
+        if not self.done():
+            self.settled_by = by
         with contextlib.suppress(concurrent.futures.InvalidStateError):
             if exception is not None:
                 self.set_exception(exception)
             else:
                 self.set_result(result)
+
+    def _settle_from_marker(self) -> int:
+        """Settle the job from the result file its marker showed (read and checked as
+        ``_read_result`` does): 1 when it did, 0 when there was nothing to read after all."""
+        if self.done():
+            return 0
+        outcome = self._read_result()
+        if outcome is None:
+            return 0
+        self._set(**outcome, by="marker")
+        return 1
 
     def _read_result(self) -> dict[str, Any] | None:
         """The function's outcome from its result file, unpickled only if the file (and the
@@ -1013,6 +1388,85 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         )
 
 
+class DebugJob(Job):
+    """A job of ``Cluster(debug=True)``: checked as for Slurm, then run here when it was
+    submitted. The interface of ``Job``: ``result()`` (a function's value, or its exception
+    re-raised; a command's final status, or ``JobFailed``), ``done()``, ``status()``,
+    ``state()``, ``wait()``; its id is ``debug-N`` (a ``map`` task ``debug-N_I``). Its output
+    went to this process's own stdout and stderr."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        job_id: str,
+        row: JobStatus,
+        *,
+        function: bool = False,
+        task: int | None = None,
+    ) -> None:
+        concurrent.futures.Future.__init__(self)  # no poller: there is nothing to ask Slurm
+        self.cluster = cluster
+        self.id = job_id
+        self.submitted = None
+        self.jobdir = None
+        self.task = task
+        self.last_status = row
+        self._function = function
+        self._completed_without_result = None
+        self._ended_without_code = None
+        self._added = self._slurm_due = time.monotonic()
+
+    @property
+    def is_function(self) -> bool:
+        return self._function
+
+    def status(self) -> JobStatus:
+        assert self.last_status is not None
+        return self.last_status
+
+    def wait(self, timeout: float | None = None) -> JobStatus:
+        return self.status()
+
+    def _waited(self, get: Callable[[float | None], Any], timeout: float | None) -> Any:
+        return get(timeout)
+
+    def cancel(self) -> bool:
+        return False  # it ran when it was submitted
+
+    def logs(self, *, stderr: bool = False) -> str:
+        raise UsageError(f"{self.id} ran here: its output went to this process's stdout/stderr")
+
+    def _output(self, *, stderr: bool) -> str | None:
+        return self.logs(stderr=stderr)  # stdout(), stderr(): there is no file to read
+
+    def follow(self, *, stderr: bool = False) -> Iterator[str]:
+        return iter([self.logs(stderr=stderr)])
+
+
+def _debug_status(cluster: Cluster, job_id: str, name: str, code: int, started: float) -> JobStatus:
+    """A debug job's status, in the form Slurm's would have."""
+    import datetime
+    import socket
+
+    from clusterjob.jobs.status import JobStatus
+
+    seconds = int(time.time() - started)
+    return JobStatus(
+        job_id=job_id,
+        cluster="",
+        name=name,
+        state="COMPLETED" if code == 0 else "FAILED",
+        reason=None,
+        explanation="" if code == 0 else "it ran here (debug) and failed",
+        nodes=socket.gethostname(),
+        elapsed=f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}",
+        exit_code=code,
+        submitted=datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+        site=cluster.site.name,
+        source="debug",
+    )
+
+
 def _failed(job_id: str, row: JobStatus) -> JobFailed:
     code = f" (exit {row.exit_code})" if row.exit_code not in (None, 0) else ""
     why = f": {row.explanation}" if row.explanation else ""
@@ -1020,8 +1474,12 @@ def _failed(job_id: str, row: JobStatus) -> JobFailed:
 
 
 class _Poller:
-    """One thread per cluster that settles its unfinished jobs: every ``poll_interval``, ONE
-    status query for all of them (one squeue, one sacct, or none from the status cache)."""
+    """One thread per cluster that settles its unfinished jobs. A function job's result file
+    (its marker) is looked for often, one directory listing per job directory here, or one
+    ssh round trip for all of them (``polling.finished_tasks``); Slurm is asked in ONE status
+    query for all the jobs (one squeue, one sacct, or none from the status cache) when any
+    of them is due: a command job every ``poll_interval``, a function job at a backing-off
+    interval (``polling.slurm_interval``), to notice one that died without a result."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -1052,6 +1510,10 @@ class _Poller:
             return list(self._jobs)
 
     def _run(self) -> None:
+        from clusterjob.api.polling import REMOTE_HOLD, marker_interval
+
+        markers_due = 0.0
+        woken = False
         while True:
             jobs = self.pending()
             if not jobs:
@@ -1060,24 +1522,73 @@ class _Poller:
                         self._thread = None
                         return
                 continue
+            now = time.monotonic()
+            if woken:  # someone waits: a look at the markers now, and Slurm's for a command job
+                markers_due = now
+                for job in jobs:
+                    if not job.is_function:
+                        job._slurm_due = now
             try:
-                self.refresh(jobs)
+                functions = [j for j in jobs if j.is_function]
+                if functions and now >= markers_due:
+                    slurm_due = min(j._slurm_due for j in jobs)
+                    hold = min(REMOTE_HOLD, max(0.0, slurm_due - now)) if self.cluster.remote else 0
+                    self.look_for_markers(functions, within=hold)
+                    youngest = min(time.monotonic() - j._added for j in functions)
+                    markers_due = time.monotonic() + (0 if hold else marker_interval(youngest))
+                jobs = self.pending()
+                now = time.monotonic()
+                if jobs and min(j._slurm_due for j in jobs) <= now:
+                    self.refresh(jobs)
                 self.last_error = None
             except ClusterjobError as exc:  # Slurm or ssh down for a while: try again later
                 self.last_error = exc
+                for job in jobs:  # and not in a loop meanwhile
+                    job._slurm_due = max(job._slurm_due, now + self.cluster.poll_interval)
+                markers_due = max(markers_due, now + self.cluster.poll_interval)
             except Exception as exc:  # a bug must not leave the futures hanging forever
                 for job in jobs:
                     job._set(exception=exc)
-            self._wake.wait(self.cluster.poll_interval)
+            jobs = self.pending()
+            if not jobs:
+                continue
+            due = min(j._slurm_due for j in jobs)
+            if any(j.is_function for j in jobs):
+                due = min(due, markers_due)
+            woken = self._wake.wait(max(0.0, due - time.monotonic()))
             self._wake.clear()
+
+    def look_for_markers(self, jobs: Sequence[Job], *, within: float = 0.0) -> int:
+        """Settle the function jobs whose result file is there (read and checked as when
+        Slurm says they ended); how many. ``within``: over ssh, wait up to that long on
+        the login node for one to appear."""
+        from clusterjob.api.polling import finished_tasks
+
+        wanted: dict[str, set[int]] = {}
+        for job in jobs:
+            if job.jobdir is not None:
+                wanted.setdefault(job.jobdir, set()).add(job.task or 0)
+        found = finished_tasks(self.cluster.transport, wanted, within=within)
+        settled = 0
+        for job in jobs:
+            if job.jobdir is not None and (job.jobdir, job.task or 0) in found:
+                settled += job._settle_from_marker()
+        return settled
 
     def refresh(self, jobs: Sequence[Job]) -> None:
         """One status query for ``jobs`` (arrays asked for by their own id, with tasks)."""
+        from clusterjob.api.polling import slurm_interval
         from clusterjob.slurm.syntax import split_array_id
 
         ids = sorted({split_array_id(j.id)[0] for j in jobs})
         rows = _status_rows(self.cluster, ids)
         self.refreshes += 1
+        after = time.monotonic()
+        for job in jobs:  # asked now: each job's next look, by its age and kind
+            age = after - job._added
+            job._slurm_due = after + slurm_interval(
+                age, self.cluster.poll_interval, marker=job.is_function
+            )
         by_id: dict[str, JobStatus] = {}
         for row in rows:
             by_id[row.job_id] = row

@@ -9,14 +9,18 @@ task is ``$SLURM_ARRAY_TASK_ID``, else 0). Task ``i`` leaves ``result-i.pkl``: t
 ``result_header(TOKEN, i)`` (TOKEN is JOBDIR's name: the result is bound to its job and task,
 and the submitter checks that before it unpickles anything), then the pickle of
 ``("ok", value)`` or ``("error", exception or None, traceback text, exception repr)``,
-written whole and owner-only (a temporary 0600 file renamed). It exits 0 when the function
+written whole and owner-only (a temporary 0600 file renamed), as the task's last act: the
+submitter takes the file's appearance as the end of the task (its marker), so whatever the
+task prints (a traceback too) is in its stdout/stderr files by then. It exits 0 when the function
 returned, 1 when it raised, so Slurm's state says which.
 
 Checkpointing (as submitit's ``checkpoint()``): when the callable has a ``checkpoint`` method,
 the job is submitted with ``--signal=B:USR1@N --requeue``. On SIGUSR1 the worker calls
 ``fn.checkpoint(*args, **kwargs)``; a ``(fn, args, kwargs)`` tuple it returns is saved as
 ``checkpoint-i.pkl``, the job is requeued (``scontrol requeue``) and the next attempt calls
-that instead of the original; ``None`` lets the job run on to its time limit.
+that instead of the original; ``None`` lets the job run on to its time limit. A job requeued
+as often as its limit allows (``$CLUSTERJOB_MAX_REQUEUES``, ``--max-requeues``) is not
+requeued again: the worker says so in ``error-i.txt`` and exits ``LIMIT_EXIT``.
 """
 
 from __future__ import annotations
@@ -27,14 +31,28 @@ import stat
 import subprocess
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 PROTOCOL = 2  # what input.pkl and result-i.pkl hold (2: results bound to their job)
+LIMIT_EXIT = 79  # clusterjob.jobscript.requeues.LIMIT_EXIT (this file runs without clusterjob)
 
 
 def _task() -> int:
     text = os.environ.get("SLURM_ARRAY_TASK_ID", "")
     return int(text) if text.isdigit() else 0
+
+
+def requeue_limit_reached(environ: Mapping[str, str]) -> str | None:
+    """Why the job must not requeue itself again (its restart count is at its limit), or None."""
+    limit = environ.get("CLUSTERJOB_MAX_REQUEUES", "")
+    restarts = environ.get("SLURM_RESTART_COUNT", "0")
+    if not limit.isdigit() or int(restarts if restarts.isdigit() else 0) < int(limit):
+        return None
+    return (
+        f"clusterjob: requeued {restarts} times, limit {limit} reached (--max-requeues): not "
+        "requeued again"
+    )
 
 
 def result_header(token: str, task: int) -> bytes:
@@ -102,6 +120,9 @@ def main(argv: list[str]) -> int:
             f.write(message + "\n")
         return 2
     sys.path.insert(0, os.getcwd())  # the project's own modules, as `python script.py` would
+    snapshot = os.environ.get("CLUSTERJOB_SNAPSHOT")
+    if snapshot:  # --snapshot: those modules as they were at submit come first
+        sys.path.insert(0, snapshot)
     checkpoint_path = os.path.join(jobdir, f"checkpoint-{task}.pkl")
     resumes = os.path.exists(checkpoint_path)
     problem = not_own(jobdir, os.path.basename(checkpoint_path) if resumes else "input.pkl")
@@ -120,8 +141,8 @@ def main(argv: list[str]) -> int:
                 raise RuntimeError(f"input.pkl protocol {version}, this worker reads {PROTOCOL}")
             args, kwargs = calls[task]
     except BaseException as exc:  # the input cannot be read here: a missing module, ...
+        traceback.print_exc()  # the traceback in the job's stderr before the result marks its end
         _dump(result_path, _error_record(exc, cloudpickle), cloudpickle, header)
-        traceback.print_exc()
         return 1
     if callable(getattr(fn, "checkpoint", None)):
 
@@ -130,6 +151,12 @@ def main(argv: list[str]) -> int:
             again = fn.checkpoint(*args, **kwargs)
             if again is None:
                 return
+            stop = requeue_limit_reached(os.environ)
+            if stop is not None:
+                print(stop, file=sys.stderr, flush=True)
+                with open(os.path.join(jobdir, f"error-{task}.txt"), "w") as f:
+                    f.write(stop + "\n")
+                os._exit(LIMIT_EXIT)
             _dump(checkpoint_path, tuple(again), cloudpickle)
             job = os.environ.get("SLURM_ARRAY_JOB_ID")
             job = f"{job}_{task}" if job else os.environ.get("SLURM_JOB_ID", "")
@@ -141,14 +168,14 @@ def main(argv: list[str]) -> int:
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:
+        traceback.print_exc()  # the traceback in the job's stderr before the result marks its end
         _dump(result_path, _error_record(exc, cloudpickle), cloudpickle, header)
-        traceback.print_exc()
         return 1
     try:
         _dump(result_path, ("ok", value), cloudpickle, header)
     except Exception as exc:  # the value cannot be pickled: say so as the job's error
+        traceback.print_exc()  # the traceback in the job's stderr before the result marks its end
         _dump(result_path, _error_record(exc, cloudpickle), cloudpickle, header)
-        traceback.print_exc()
         return 1
     return 0
 

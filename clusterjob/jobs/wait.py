@@ -4,7 +4,7 @@ status cache with every other clusterjob polling the same jobs)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from clusterjob.errors import UsageError
@@ -23,6 +23,9 @@ NEVER_START_REASONS = frozenset({"DependencyNeverSatisfied"})
 # run's `wait` caught an array FAILED with its failed task's code not yet known and exited 1
 # instead of the task's 7. Without accounting the code never comes: then the end is final.
 EXIT_CODE_GRACE = 30.0
+# A job whose own marker says it ended (a function job's result file) is asked about again at
+# once, then after ENDING_FIRST seconds, doubling up to the interval, until Slurm shows the end.
+ENDING_FIRST = 0.25
 
 
 @dataclass(frozen=True)
@@ -68,10 +71,14 @@ def _line(row: JobStatus) -> str:
     if never_starts(row):
         return f"{row.job_id} PENDING ({row.reason}): {row.explanation}"
     shown = row.exit_code is not None and (row.exit_code != 0 or row.state == "COMPLETED")
+    # a job that stopped itself past its requeue limit says so, not a bare exit 79
+    past_limit = f": {row.explanation}" if row.requeue_limit is not None else ""
     return (
         f"{row.job_id} {row.state}"
         + (f" (exit {row.exit_code})" if shown else "")
         + (f": {row.tasks_summary}" if row.tasks_summary else "")
+        + past_limit
+        + (f": hardware: {row.hardware} during the job" if row.hardware else "")
     )
 
 
@@ -101,9 +108,15 @@ def wait(
     cache: StatusCache | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    ending: Callable[[Sequence[str], float], Collection[str]] | None = None,
 ) -> WaitResult:
     """Poll ``status(jobs)`` every ``interval`` seconds until every job has ended (an array:
-    every task) or will never start, or ``timeout`` seconds have passed."""
+    every task) or will never start, or ``timeout`` seconds have passed.
+
+    ``ending(ids, within)``: which of ``ids`` (jobs not ended yet) announced their end by a
+    marker of their own (a function job's result file), waiting up to ``within`` seconds
+    for one instead of sleeping. Slurm is then asked about them soon, past the status cache
+    (its answer predates the marker), instead of after ``interval``."""
     if not jobs:
         raise UsageError("name at least one job to wait for (or `last`)")
     if interval <= 0 or (timeout is not None and timeout < 0):
@@ -121,12 +134,33 @@ def wait(
         first = ended_without_code.setdefault(row.job_id, now)
         return row.state != "COMPLETED" and now - first >= EXIT_CODE_GRACE
 
+    shared = cache or cache_for(client)
+    announced: dict[str, float] = {}  # job id -> when its marker was first seen
+    fresh = False
     while True:
-        rows = status(jobs, client=client, registry=registry, cache=cache or cache_for(client))
+        asked = StatusCache(shared.path, ttl=0) if fresh else shared
+        rows = status(jobs, client=client, registry=registry, cache=asked)
         now = clock()
         if all([settled(r, now) or never_starts(r) for r in rows]):
             return WaitResult(rows, timed_out=False)
         if deadline is not None and clock() >= deadline:
             return WaitResult(rows, timed_out=True)
         pause = interval if deadline is None else max(0.0, min(interval, deadline - clock()))
-        sleep(pause)
+        unsettled = [r for r in rows if not settled(r, now) and not never_starts(r)]
+        if ending is not None:  # shown ended, its exit code not yet: asked again soon too
+            for row in unsettled:
+                if ended(row):
+                    announced.setdefault(row.job_id, now)
+        going = [r.job_id for r in unsettled]
+        since = [announced[i] for i in going if i in announced]
+        if since:  # ending: asked again after as long as it has been ending (at least 0.25 s)
+            sleep(min(pause, max(ENDING_FIRST, now - min(since))))
+            fresh = True
+        elif ending is not None and going:
+            seen = ending(going, pause)
+            for job_id in seen:
+                announced.setdefault(job_id, clock())
+            fresh = bool(seen)
+        else:
+            sleep(pause)
+            fresh = False
