@@ -26,8 +26,8 @@ from clusterjob.__main__ import main
 REPO = Path(__file__).resolve().parent.parent
 DIST = "clusterjob-slurm"
 SOURCES = (
-    "pyproject.toml", "README.md", "CHANGELOG.md", "clusterjob", "templates", "site_configs",
-    "tests", "examples", "docs", "benchmarks", "scripts",
+    "pyproject.toml", "README.md", "CHANGELOG.md", "clusterjob", "hydra_plugins", "templates",
+    "site_configs", "tests", "examples", "docs", "benchmarks", "scripts",
 )  # fmt: skip
 
 
@@ -108,6 +108,9 @@ def test_wheel_carries_the_package_data_and_metadata(dist: Path) -> None:
     assert {f"clusterjob/_data/site_configs/{s}" for s in sites} <= names
     assert "clusterjob/sandbox/standin_nvml.c" in names  # what `sandbox up` compiles
     assert "clusterjob/node/wrappers.py" in names
+    # the Hydra launcher, in Hydra's namespace package (no hydra_plugins/__init__.py)
+    assert "hydra_plugins/hydra_clusterjob_launcher/launcher.py" in names
+    assert "hydra_plugins/__init__.py" not in names
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
     info = f"clusterjob_slurm-{clusterjob.__version__}.dist-info"
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()

@@ -28,6 +28,9 @@ DISTRIBUTION = "clusterjob-slurm"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # clusterjob/
 # A checkout keeps the templates and the shipped sites beside the package (clusterjob.resources).
 _CHECKOUT_DATA = ("templates", "site_configs")
+# Shipped beside the package in the same wheel (pyproject.toml): the Hydra launcher, alone of
+# the `hydra_plugins` namespace other distributions share.
+_BESIDE = ("hydra_plugins/hydra_clusterjob_launcher",)
 _STAMP = ".clusterjob-runtime"
 
 
@@ -106,9 +109,9 @@ def _distribution_files(dist: metadata.Distribution) -> Iterator[tuple[Path, Pat
 
 
 def _package_files(root: Path) -> Iterator[tuple[Path, Path]]:
-    """This clusterjob's package tree (and a checkout's data folders beside it), laid out as
-    in the checkout, relative to ``root``'s parent."""
-    trees = [PACKAGE_DIR, *(PACKAGE_DIR.parent / d for d in _CHECKOUT_DATA)]
+    """This clusterjob's package tree (the packages its wheel ships beside it, and a
+    checkout's data folders), laid out as in the checkout, relative to ``root``'s parent."""
+    trees = [PACKAGE_DIR, *(PACKAGE_DIR.parent / d for d in (*_BESIDE, *_CHECKOUT_DATA))]
     for tree in trees:
         if not tree.is_dir():
             continue
