@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:  # the hooks run before every job: typing is not imported at run time
     from typing import NoReturn
 
-HOOK_COMMANDS = ("prolog", "task-prolog")
+HOOK_COMMANDS = ("prolog", "task-prolog", "epilog")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,7 @@ class FakeSlurm:
         self.sbatch_plan: list[str] = []  # per sbatch: ok | timeout_created | timeout | stderr
         self.down_calls = 0  # the next N calls find no controller
         self.now = 1000.0
+        self.drained: dict[str, str] = {}  # node -> drain reason (`scontrol show node`)
 
     # the runner's view: exec, clock, sleep
     def clock(self) -> float:
@@ -203,6 +204,10 @@ class FakeSlurm:
     def _scontrol(self, cmd: list[str], timeout: float) -> SlurmResult:
         if cmd[1:3] == ["show", "config"]:
             return self._ok(cmd, f"ClusterName             = {self.cluster}\n")
+        if cmd[1:3] == ["show", "node"]:
+            lines = [f"NodeName={n} State=IDLE+DRAIN Partitions=gpu Reason={why}\n"
+                     for n, why in self.drained.items()]  # fmt: skip
+            return self._ok(cmd, "".join(lines))
         job = self.jobs.get(cmd[-1])
         if job is None or cmd[-1] in self.forgotten | self.forgotten_by_scontrol:
             return SlurmResult(tuple(cmd), 1, "", "slurm_load_jobs error: Invalid job id specified")

@@ -84,3 +84,30 @@ def test_a_prolog_start_imports_neither_argparse_nor_socket(trusted: Path) -> No
         check=False,
     )
     assert done.stdout.splitlines()[-1] == "[]", done.stderr
+
+
+def _help(argv: list[str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterjob", *argv], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"}, timeout=60, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+@pytest.mark.parametrize("hook", ["prolog", "task-prolog"])
+def test_a_hooks_help_reads_like_every_other_commands(hook: str) -> None:
+    """argparse parses the hooks (Slurm starts them before every job, where Typer costs
+    time), but their help has the layout of the Typer commands': `Usage:`, the command's
+    purpose, `Options:` with `<type>` values, capitalised sentences, `-h, --help` last."""
+    shown = _help([hook, "--help"])
+    typer_help = _help(["preflight", "--help"])
+    assert shown.startswith(f"Usage: clusterjob {hook} [OPTIONS]\n\n  ")
+    assert typer_help.startswith("Usage: clusterjob preflight [OPTIONS]\n\n  ")
+    assert "\nOptions:\n" in shown and "options:" not in shown
+    assert "--site <str>" in shown
+    assert shown.rstrip().endswith("Show this message and exit.")
+    option_lines = shown.split("\nOptions:\n", 1)[1].splitlines()
+    assert option_lines[-1].lstrip().startswith("-h, --help")
+    helps = [action.help or "" for action in _parser(hook)._actions]
+    assert all(h[:1].isupper() and h.endswith(".") for h in helps), helps
+    assert max(len(line) for line in shown.splitlines()) <= 80

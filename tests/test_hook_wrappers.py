@@ -63,9 +63,11 @@ def test_install_writes_root_owned_isolated_wrappers_and_prints_slurm_conf(
     out = capsys.readouterr().out.splitlines()
     assert f"Prolog={prefix}/clusterjob-prolog" in out
     assert f"TaskProlog={prefix}/clusterjob-task-prolog" in out
+    assert f"Epilog={prefix}/clusterjob-epilog" in out
     assert "PrologFlags=Alloc" in out
     assert stat.S_IMODE(prefix.stat().st_mode) == 0o755
-    for name, hook in (("clusterjob-prolog", "prolog"), ("clusterjob-task-prolog", "task-prolog")):
+    hooks = ("prolog", "task-prolog", "epilog")
+    for name, hook in ((f"clusterjob-{h}", h) for h in hooks):
         path = prefix / name
         st = path.stat()
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o755)
@@ -73,7 +75,7 @@ def test_install_writes_root_owned_isolated_wrappers_and_prints_slurm_conf(
         assert lines[0] == "#!/bin/sh"
         assert "cd / || exit 1" in lines
         command = f"{sys.executable} -I -m clusterjob {hook} --site {site}"
-        if hook == "prolog":  # its exit status is the verdict
+        if hook in ("prolog", "epilog"):  # its exit status is the verdict
             assert lines[-1].startswith(f"exec {command}")
         else:  # never the task's end: see the test below
             assert lines[-2].startswith(command) and lines[-1] == "exit 0"
@@ -83,6 +85,7 @@ def test_install_writes_root_owned_isolated_wrappers_and_prints_slurm_conf(
     # A second run replaces them in place (same text), leaving no temporary file behind.
     assert main(_args(site, prefix)) == 0
     assert sorted(p.name for p in prefix.iterdir()) == [
+        "clusterjob-epilog",
         "clusterjob-prolog",
         "clusterjob-task-prolog",
     ]

@@ -344,5 +344,5 @@ def test_prolog_fifo_config_is_refused_at_once(conf_dir: Path, tmp_path: Path) -
 def test_hook_help_exits_0_without_warning(command: str) -> None:
     done = cj(command, "--help")
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.startswith(f"usage: clusterjob {command} ")
+    assert done.stdout.startswith(f"Usage: clusterjob {command} [OPTIONS]")
     assert "warning" not in done.stdout

@@ -910,7 +910,8 @@ def test_provenance_in_full(data: Path) -> None:
         "git_dirty": True, "token": "tok70", "script_path": "/s/a b.sh",
         "sbatch_command": "sbatch --parsable --chdir=/home/ana/run '/s/a b.sh'",
         "resubmit_of": None, "state": "PENDING", "python": "/usr/bin/python3",
-        "python_why": "--python",
+        "python_why": "--python", "max_requeues": None, "restarts": None,
+        "requeue_limit_reached": None, "hardware": None,
     }  # fmt: skip
     Registry().add(record("71", git_commit="abc"), record("72"))
     assert (provenance("71")["git_commit"], provenance("71")["git_dirty"]) == ("abc", False)

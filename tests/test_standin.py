@@ -341,3 +341,51 @@ def test_standin_env_keeps_existing_library_path(monkeypatch):
     assert env == {"LD_LIBRARY_PATH": "/tmp/lib:/opt/x/lib", "FAKE_NVML_SCENARIO": "/tmp/s-%n.txt"}
     monkeypatch.delenv("LD_LIBRARY_PATH")
     assert standin_env("/tmp/lib", "s")["LD_LIBRARY_PATH"] == "/tmp/lib"
+
+
+def test_xid_events_reach_each_registered_event_set_once(standin_lib, tmp_path):
+    """nvmlEventSetCreate / nvmlDeviceRegisterEvents / nvmlEventSetWait_v2 through pynvml:
+    a scenario's Xids come once per set, only for registered GPUs; then TIMEOUT."""
+    scenario = StandinScenario(
+        gpus=(a100("0000:07:00.0", 0, xids=(79, 48)), a100("0000:0b:00.0", 1, xids=(13,)))
+    )
+    code = """
+import json, pynvml
+pynvml.nvmlInit()
+h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+out = {"supported": bool(pynvml.nvmlDeviceGetSupportedEventTypes(h0)
+                         & pynvml.nvmlEventTypeXidCriticalError)}
+for name in ("first", "second"):
+    s = pynvml.nvmlEventSetCreate()
+    pynvml.nvmlDeviceRegisterEvents(h0, pynvml.nvmlEventTypeXidCriticalError, s)
+    got = []
+    while True:
+        try:
+            d = pynvml.nvmlEventSetWait_v2(s, 0)
+        except pynvml.NVMLError_Timeout:
+            break
+        got.append((d.eventType, d.eventData, d.gpuInstanceId))
+    out[name] = got
+    pynvml.nvmlEventSetFree(s)
+print(json.dumps(out))
+"""
+    done = run_python(code, standin_lib.parent, scenario, tmp_path)
+    assert done.returncode == 0, done.stderr
+    xid = 0x8
+    row = [[xid, 79, 0xFFFFFFFF], [xid, 48, 0xFFFFFFFF]]
+    assert json.loads(done.stdout) == {"supported": True, "first": row, "second": row}
+
+
+def test_xid_events_read_by_clusterjob_by_bus_id(standin_lib, tmp_path):
+    scenario = StandinScenario(
+        gpus=(
+            a100("0000:07:00.0", 0, xids=(79,)),
+            a100("0000:0b:00.0", 1, unsupported=("events",), xids=(48,)),
+        )
+    )
+    code = (
+        "import json; from clusterjob.gpu.nvml import read_xid_events as r; print(json.dumps(r()))"
+    )
+    done = run_python(code, standin_lib.parent, scenario, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"0000:07:00.0": [79]}  # 0b:00 cannot register

@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
     from typing import Any
 
-__all__ = ["read_nvml"]
+__all__ = ["read_nvml", "read_xid_events"]
 
 
 def read_nvml() -> GpuInventory:
@@ -293,3 +293,64 @@ def _init_error(pynvml: Any, exc: Exception) -> NvmlError:
         )
     code = getattr(exc, "value", None)
     return NvmlError(NvmlErrorKind.UNKNOWN, f"NVML failed: {exc} (NVML error code {code})")
+
+
+def read_xid_events(timeout_ms: int = 0) -> dict[str, tuple[int, ...]]:
+    """The Xid critical-error events NVML has for each GPU, by normalised bus ID.
+
+    Registers every GPU that supports them for ``nvmlEventTypeXidCriticalError`` and drains
+    the event set without waiting (``timeout_ms`` per wait, 0 by default): NVML delivers only
+    events that occur while a set is registered, so this sees what the driver reports now,
+    not a job's history (the kernel log keeps that). A GPU NVML cannot register is left out;
+    NvmlError when NVML cannot be used at all.
+    """
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlError(
+            NvmlErrorKind.LIBRARY_NOT_FOUND,
+            f"Python package nvidia-ml-py (module pynvml) is not installed: {exc}",
+        ) from exc
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise _init_error(pynvml, exc) from exc
+    found: dict[str, list[int]] = {}
+    try:
+        event_set = pynvml.nvmlEventSetCreate()
+        try:
+            by_handle: dict[int, str] = {}
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                try:
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                    bus_id = normalise_bus_id(_text(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId))
+                    pynvml.nvmlDeviceRegisterEvents(
+                        handle, pynvml.nvmlEventTypeXidCriticalError, event_set
+                    )
+                except (pynvml.NVMLError, ValueError):
+                    continue
+                found[bus_id] = []
+                by_handle[ctypes.cast(handle, ctypes.c_void_p).value or 0] = bus_id
+            for _ in range(1024):  # bounded: a driver that keeps reporting cannot hold us
+                try:
+                    data = pynvml.nvmlEventSetWait_v2(event_set, timeout_ms)
+                except pynvml.NVMLError:  # TIMEOUT: nothing (more) pending
+                    break
+                if data.eventType != pynvml.nvmlEventTypeXidCriticalError:
+                    continue
+                where = by_handle.get(ctypes.cast(data.device, ctypes.c_void_p).value or 0)
+                if where is not None:
+                    found[where].append(int(data.eventData))
+        finally:
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlEventSetFree(event_set)
+    except pynvml.NVMLError as exc:
+        raise _init_error(pynvml, exc) from exc
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+    return {bus_id: tuple(codes) for bus_id, codes in found.items()}
+
+
+def _text(raw: str | bytes) -> str:
+    return raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw

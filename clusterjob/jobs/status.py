@@ -23,7 +23,9 @@ from typing import Any, TypeVar
 from clusterjob import envvars
 from clusterjob.errors import UsageError
 from clusterjob.jobs.explain import explain, is_pending_reason
+from clusterjob.jobs.hardware import with_hardware
 from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir
+from clusterjob.jobscript.requeues import LIMIT_EXIT, limit_text, stopped_at_limit
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import COMMENT_PREFIX, SUBMIT_WINDOW, SlurmClient
 from clusterjob.slurm.parse import is_final
@@ -55,6 +57,11 @@ class JobStatus:
     tasks: tuple[JobStatus, ...] = ()  # an array's tasks, when asked for (status --tasks)
     params: str | None = None  # a sweep task: the arguments appended for it
     restarts: int | None = None  # how often Slurm requeued it, when known
+    # the --max-requeues it stopped itself at (an attempt past it ended at once), else None
+    requeue_limit: int | None = None
+    # a GPU fault the Epilog found on its node during the job, e.g. "Xid 79 (GPU fell off
+    # the bus) on gpu2 0000:3b:00.0 on node gpu2" (clusterjob.jobs.hardware); None: none seen
+    hardware: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -381,7 +388,25 @@ def status(
         shown = _from_row(row, None, source)
         results.append(shown if row.job_id == job_id else _replace_id(shown, job_id))
     registry.update_states(updates, checked_at=now)
-    return results
+    by_id = {r.job_id: r for r in records}
+    results = with_hardware(results, client, cache, now)
+    return [_past_limit(row, by_id) for row in results]
+
+
+def _past_limit(row: JobStatus, records: dict[str, JobRecord]) -> JobStatus:
+    """The row (and its tasks') of a job that stopped itself past its requeue limit, said so:
+    ``requeued 4 times, limit 3 reached`` instead of a bare FAILED (exit 79)."""
+    from dataclasses import replace
+
+    if row.tasks:
+        row = replace(row, tasks=tuple(_past_limit(t, records) for t in row.tasks))
+    record = records.get(split_array_id(row.job_id)[0])
+    if record is None or not is_final(row.state):
+        return row
+    limit = stopped_at_limit(row.exit_code, record.script)
+    if limit is None:
+        return row
+    return replace(row, requeue_limit=limit, explanation=limit_text(limit, row.restarts))
 
 
 # --- arrays -----------------------------------------------------------------------------------
@@ -683,7 +708,8 @@ def _restarts(client: SlurmClient, q: parse.QueuedJob, record: JobRecord) -> int
     Slurm delays its restart) and for one seen ended that was requeued before, for its last
     count; the registry keeps the most seen for every later row. None: not asked, or none."""
     waiting = q.state == "PENDING" and q.reason == "BeginTime" and "--requeue" in record.script
-    ending = parse.is_final(q.state) and (record.restarts or 0) > 0
+    # one that stopped itself past its requeue limit: its count is the story
+    ending = parse.is_final(q.state) and ((record.restarts or 0) > 0 or _exit_code(q) == LIMIT_EXIT)
     if not (waiting or ending):
         return None
     job = client.scontrol_job(q.job_id)

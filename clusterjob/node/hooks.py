@@ -22,27 +22,83 @@ if TYPE_CHECKING:
 __all__ = ["hook_main"]
 
 
+# What `--help` says of each hook, in the words and layout of every other command's help.
+_ABOUT = {
+    "prolog": "Check this node's GPUs before a job starts on it (slurm.conf Prolog=, as root); "
+    "a failed check drains the node and requeues the job. Slurm runs it before every job, "
+    "so it takes its options without Typer: only these.",
+    "task-prolog": "Print the CUDA variables for a task (slurm.conf TaskProlog=, as the job's "
+    "user): CUDA_DEVICE_ORDER=PCI_BUS_ID and, where needed, CUDA_VISIBLE_DEVICES. Never "
+    "fails the task.",
+    "epilog": "Read the job's GPUs' error state after a job (slurm.conf Epilog=, as root): "
+    "Xid events, uncorrectable ECC errors, row remapping, a GPU lost, and the kernel log's "
+    "Xid lines; a fault that needs a GPU reset drains the node, naming the Xid, the GPU and "
+    "the job.",
+}
+
+
 def _parser(command: str) -> argparse.ArgumentParser:
     import argparse  # not for the Prolog's usual command line: see _prolog_args
 
     from clusterjob.node.context import DEFAULT_CACHE_DIR, DEFAULT_SITE
 
     class _ArgParser(argparse.ArgumentParser):
-        """argparse that reports a usage error in one line (exit 2) instead of a usage block."""
+        """argparse that reports a usage error in one line (exit 2) instead of a usage block,
+        and whose help has the layout of the Typer commands' (click's): the hooks keep
+        argparse only because Slurm starts them before every job, where Typer costs time."""
 
         def error(self, message: str) -> NoReturn:
             print(f"clusterjob {self.prog.split()[-1]}: {message}", file=sys.stderr)
             raise SystemExit(2)
 
-    p = _ArgParser(prog=f"clusterjob {command}", allow_abbrev=False)
+        def format_help(self) -> str:
+            import textwrap
+
+            rows = []
+            for action in self._actions:
+                names = ", ".join(action.option_strings)
+                if action.nargs != 0:
+                    kind = "float" if action.type is float else "str"
+                    names += f" <{kind}>"
+                rows.append((names, action.help or ""))
+            width = max(len(names) for names, _ in rows) + 2
+            lines = [f"Usage: {self.prog} [OPTIONS]", ""]
+            lines += textwrap.wrap(self.description or "", 78, initial_indent="  ",
+                                   subsequent_indent="  ")  # fmt: skip
+            lines += ["", "Options:"]
+            for names, text in rows:
+                wrapped = textwrap.wrap(text, 78 - 2 - width) or [""]
+                lines.append(f"  {names:<{width}}{wrapped[0]}".rstrip())
+                lines += [" " * (2 + width) + more for more in wrapped[1:]]
+            return "\n".join(lines) + "\n"
+
+    p = _ArgParser(
+        prog=f"clusterjob {command}", description=_ABOUT.get(command), allow_abbrev=False,
+        add_help=False,
+    )  # fmt: skip
     if command == "task-prolog":
-        p.add_argument("--site", help="site config (only for its NVML deadline)")
-        return p
-    p.add_argument("--site", help=f"site config (default {DEFAULT_SITE}; never from env)")
+        p.add_argument("--site", help="Site config file (only for its NVML deadline).")
+    else:
+        p.add_argument("--site", help=f"Site config file (default {DEFAULT_SITE}; never from env).")
     if command == "prolog":
-        p.add_argument("--cache-dir", help=f"parsed-config cache (default {DEFAULT_CACHE_DIR})")
-        p.add_argument("--deadline", type=float, help="seconds (default: site prolog policy)")
-        p.add_argument("--log", help="JSON-lines log (default: site prolog policy)")
+        p.add_argument("--cache-dir", help=f"Parsed-config cache (default {DEFAULT_CACHE_DIR}).")
+        p.add_argument(
+            "--deadline", type=float, help="Seconds (default: the site's prolog policy)."
+        )
+        p.add_argument("--log", help="JSON-lines log file (default: the site's prolog policy).")
+    if command == "epilog":
+        p.add_argument("--cache-dir", help=f"Parsed-config cache (default {DEFAULT_CACHE_DIR}).")
+        p.add_argument(
+            "--deadline", type=float, help="Seconds (default: the site's prolog policy)."
+        )
+        p.add_argument(
+            "--log", help="JSON-lines log file (default: epilog.jsonl beside the Prolog's log)."
+        )
+        p.add_argument(
+            "--kernel-log",
+            help="Read the NVRM Xid lines from this file (default: /dev/kmsg, best effort).",
+        )
+    p.add_argument("-h", "--help", action="help", help="Show this message and exit.")
     return p
 
 
@@ -77,10 +133,11 @@ def _prolog_args(rest: list[str]) -> SimpleNamespace | None:
 
 
 def hook_main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
-    """``argv`` is ``["prolog", ...]`` or ``["task-prolog", ...]``; returns the exit code."""
+    """``argv`` is ``["prolog", ...]``, ``["task-prolog", ...]`` or ``["epilog", ...]``;
+    returns the exit code."""
     env = os.environ if environ is None else environ
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
-    if command not in ("prolog", "task-prolog"):
+    if command not in ("prolog", "task-prolog", "epilog"):
         print(f"clusterjob: unknown hook {command!r}", file=sys.stderr)
         return 2
     try:
@@ -97,6 +154,21 @@ def hook_main(argv: list[str], environ: Mapping[str, str] | None = None) -> int:
             return 0
         return int(exc.code or 0)
     site: str | None = args.site
+    if command == "epilog":
+        try:
+            from clusterjob.node.epilog import run_epilog
+
+            return run_epilog(
+                env,
+                site=site,
+                cache_dir=args.cache_dir,
+                deadline=args.deadline,
+                log=args.log,
+                kernel_log=args.kernel_log,
+            )
+        except BaseException as exc:  # last resort: one line, drain
+            print(f"clusterjob epilog: internal error: {type(exc).__name__}", file=sys.stderr)
+            return 1
     if command == "prolog":
         try:
             from clusterjob.gpu.isolation import ChildRead, start_nvml_read

@@ -39,6 +39,7 @@ from clusterjob.node.trust import (
 )
 
 __all__ = [
+    "EPILOG_NAME",
     "PROLOG_NAME",
     "TASK_PROLOG_NAME",
     "HookWrappers",
@@ -49,6 +50,7 @@ __all__ = [
 
 PROLOG_NAME = "clusterjob-prolog"
 TASK_PROLOG_NAME = "clusterjob-task-prolog"
+EPILOG_NAME = "clusterjob-epilog"
 MODE = 0o755
 # slurm.conf takes Prolog= unquoted: a path with blanks, quotes or `#` would be misread.
 _CONF_SAFE = re.compile(r"^/[A-Za-z0-9_./+-]+$")
@@ -102,6 +104,10 @@ class HookWrappers:
     def task_prolog(self) -> Path:
         return self.prefix / TASK_PROLOG_NAME
 
+    @property
+    def epilog(self) -> Path:
+        return self.prefix / EPILOG_NAME
+
     def _command(self, *args: str) -> str:
         """The interpreter's command line, isolated, for ``clusterjob ARGS``."""
         py = [shlex.quote(str(self.python)), "-I"]
@@ -123,7 +129,7 @@ class HookWrappers:
         return lines
 
     def _prelude(self, hook: str) -> list[str]:
-        path = self.prolog if hook == "Prolog" else self.task_prolog
+        path = {"Prolog": self.prolog, "Epilog": self.epilog}.get(hook, self.task_prolog)
         return [
             "#!/bin/sh",
             f"# The Slurm {hook} of clusterjob (slurm.conf: {hook}={path}).",
@@ -152,8 +158,17 @@ class HookWrappers:
             [*self._prelude("TaskProlog"), *passed, f"{run} || {failed}", "exit 0", ""]
         )
 
+    def epilog_text(self) -> str:
+        """As the Prolog's: exit 1 (a fatal GPU fault found after the job) drains the node."""
+        run = self._command("epilog", "--site", str(self.site), "--cache-dir", str(self.cache_dir))
+        return "\n".join([*self._prelude("Epilog"), f"exec {run}", ""])
+
     def files(self) -> dict[Path, str]:
-        return {self.prolog: self.prolog_text(), self.task_prolog: self.task_prolog_text()}
+        return {
+            self.prolog: self.prolog_text(),
+            self.task_prolog: self.task_prolog_text(),
+            self.epilog: self.epilog_text(),
+        }
 
     def slurm_conf_lines(self) -> list[str]:
         """What slurm.conf needs; PrologFlags=Alloc runs the Prolog at allocation, on every
@@ -163,6 +178,7 @@ class HookWrappers:
             "PrologFlags=Alloc",
             "PrologEpilogTimeout=60",
             f"TaskProlog={self.task_prolog}",
+            f"Epilog={self.epilog}",
         ]
 
     def probe_command(self, *args: str) -> list[str]:
@@ -512,10 +528,14 @@ def _slurm_conf_note(wrappers: HookWrappers) -> str:
         config = parse_scontrol_config(Runner(budget=SLURM_BUDGET).run(cmd).stdout)
     except (SlurmError, OSError) as exc:
         return f"slurm.conf: not checked ({str(exc).splitlines()[0] if str(exc) else exc!r})"
-    found = {key: config.get(key, "(none)") for key in ("Prolog", "TaskProlog")}
-    want = {"Prolog": str(wrappers.prolog), "TaskProlog": str(wrappers.task_prolog)}
+    found = {key: config.get(key, "(none)") for key in ("Prolog", "TaskProlog", "Epilog")}
+    want = {
+        "Prolog": str(wrappers.prolog),
+        "TaskProlog": str(wrappers.task_prolog),
+        "Epilog": str(wrappers.epilog),
+    }
     if found == want:
-        return "slurm.conf: Prolog= and TaskProlog= name these wrappers"
+        return "slurm.conf: Prolog=, TaskProlog= and Epilog= name these wrappers"
     said = ", ".join(f"{k}={v}" for k, v in found.items())
     return f"slurm.conf: {said}, not these wrappers (slurmd runs what it names)"
 

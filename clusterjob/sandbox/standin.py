@@ -61,6 +61,7 @@ UNSUPPORTED_WORDS = (
     "affinity",
     "power",
     "retired",
+    "events",
 )
 FABRIC_STATES = ("not_started", "in_progress", "completed")
 
@@ -115,10 +116,12 @@ class StandinGpu:
     retired_pages_pending: bool = False  # a page retirement waits for a GPU reset
     mig_devices: tuple[tuple[str, str], ...] = ()  # (profile, MIG UUID); NVML lists them
     # only while mig_current is on, named "<name> MIG <profile>"
+    xids: tuple[int, ...] = ()  # Xid critical-error events, once to each registered event set
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unsupported", tuple(self.unsupported))
         object.__setattr__(self, "nvlinks_down", tuple(self.nvlinks_down))
+        object.__setattr__(self, "xids", tuple(int(x) for x in self.xids))
         object.__setattr__(self, "mig_devices", tuple(tuple(m) for m in self.mig_devices))
         if self.fabric_state is not None and self.fabric_state not in FABRIC_STATES:
             raise ValueError(
@@ -193,6 +196,7 @@ def scenario_text(scenario: StandinScenario) -> str:
             "lost_after_calls": gpu.lost_after_calls,
             "hang_seconds": gpu.hang_seconds,
             "unsupported": ",".join(gpu.unsupported) or None,
+            "xid": ",".join(map(str, gpu.xids)) or None,
         }
         for key, value in values.items():
             if value is None:

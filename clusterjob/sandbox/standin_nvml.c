@@ -31,8 +31,10 @@
  *   gpu.N.unsupported = ecc,remap,mig,serial,...   those calls return NOT_SUPPORTED
  *                      (also: name, uuid, minor, pci, memory, persistence, processes,
  *                       utilization, pcie, temperature, clocks, nvlink, fabric, affinity,
- *                       power, retired)
+ *                       power, retired, events)
  *   gpu.N.process.K = pid:used_bytes:name        running compute processes
+ *   gpu.N.xid = 79,48            Xid critical-error events of GPU N, each delivered once to
+ *                                every event set registered for them (nvmlEventSetWait_v2)
  * N is the NVML index; GPUs must be numbered 0..count-1 without gaps.
  *
  * A missing $FAKE_NVML_SCENARIO or scenario file behaves like a node without the driver
@@ -79,6 +81,7 @@ enum {
     UNSUP_AFFINITY = 1 << 17,
     UNSUP_POWER = 1 << 18,
     UNSUP_RETIRED = 1 << 19,
+    UNSUP_EVENTS = 1 << 20,
 };
 
 static const struct {
@@ -105,9 +108,12 @@ static const struct {
     {"affinity", UNSUP_AFFINITY},
     {"power", UNSUP_POWER},
     {"retired", UNSUP_RETIRED},
+    {"events", UNSUP_EVENTS},
 };
 
 #define MAX_MIGS 7
+#define MAX_XIDS 16
+#define MAX_EVENT_SETS 8
 #define MAX_CPUS 1024
 #define CPU_WORDS (MAX_CPUS / 64)
 
@@ -154,8 +160,18 @@ struct nvmlDevice_st {
     unsigned unsupported;
     struct standin_process procs[MAX_PROCS];
     int nprocs;
+    unsigned long long xids[MAX_XIDS];
+    int nxids;
     long calls;
 };
+
+/* nvml.h only forward-declares struct nvmlEventSet_st too. */
+struct nvmlEventSet_st {
+    int used;
+    unsigned long long registered[MAX_GPUS]; /* event types registered per GPU */
+    int delivered[MAX_GPUS];                 /* Xids of that GPU already handed out */
+};
+static struct nvmlEventSet_st event_sets[MAX_EVENT_SETS];
 
 static struct nvmlDevice_st gpus[MAX_GPUS];
 static struct nvmlDevice_st migs[MAX_GPUS][MAX_MIGS];
@@ -463,6 +479,19 @@ static const char *set_gpu_field(struct nvmlDevice_st *g, const char *field, con
         g->hang_seconds = strtod(value, &end);
         return (*end || g->hang_seconds < 0) ? "hang_seconds is not a number" : NULL;
     }
+    if (!strcmp(field, "xid")) {
+        char list[TEXT * 2], *save = NULL;
+        if (strlen(value) >= sizeof list)
+            return "xid list too long";
+        strcpy(list, value);
+        g->nxids = 0;
+        for (char *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+            if (g->nxids == MAX_XIDS || parse_ull(trim(w), &n) || n > 100000ULL)
+                return "xid must be up to 16 Xid numbers, comma-separated";
+            g->xids[g->nxids++] = n;
+        }
+        return NULL;
+    }
     if (!strcmp(field, "unsupported"))
         return parse_unsupported(value, &g->unsupported) ? "unknown word in unsupported" : NULL;
     if (!strncmp(field, "process.", 8)) {
@@ -520,6 +549,7 @@ static void reset_scenario(void)
 {
     memset(gpus, 0, sizeof gpus);
     memset(migs, 0, sizeof migs);
+    memset(event_sets, 0, sizeof event_sets);
     for (int i = 0; i < MAX_GPUS; i++) {
         gpus[i].lost_after_calls = -1;
         gpus[i].persistence = 1;
@@ -1367,4 +1397,103 @@ EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
         return NVML_ERROR_INVALID_ARGUMENT;
     *isPending = device->retired_pages_pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
+}
+
+/* ---- events: Xid critical errors ------------------------------------------------------ */
+
+#define STANDIN_EVENT_TYPES (nvmlEventTypeXidCriticalError | nvmlEventTypeSingleBitEccError | \
+                             nvmlEventTypeDoubleBitEccError)
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < MAX_EVENT_SETS; i++) {
+        if (!event_sets[i].used) {
+            memset(&event_sets[i], 0, sizeof event_sets[i]);
+            event_sets[i].used = 1;
+            *set = &event_sets[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_INSUFFICIENT_RESOURCES;
+}
+
+static int event_set_ok(nvmlEventSet_t set)
+{
+    return set && set >= event_sets && set < event_sets + MAX_EVENT_SETS && set->used;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!event_set_ok(set))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    set->used = 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                                     unsigned long long *eventTypes)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_EVENTS);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!eventTypes || device->parent)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *eventTypes = STANDIN_EVENT_TYPES;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                             nvmlEventSet_t set)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_EVENTS);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!event_set_ok(set) || device->parent)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (eventTypes & ~(unsigned long long)STANDIN_EVENT_TYPES)
+        return NVML_ERROR_NOT_SUPPORTED;
+    set->registered[device - gpus] |= eventTypes;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                        unsigned int timeoutms)
+{
+    if (!refcount)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!event_set_ok(set) || !data)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < gpu_count; i++) {
+        struct nvmlDevice_st *g = &gpus[i];
+        if (!(set->registered[i] & nvmlEventTypeXidCriticalError) ||
+            set->delivered[i] >= g->nxids)
+            continue;
+        data->device = g;
+        data->eventType = nvmlEventTypeXidCriticalError;
+        data->eventData = g->xids[set->delivered[i]++];
+        data->gpuInstanceId = 0xFFFFFFFFu;
+        data->computeInstanceId = 0xFFFFFFFFu;
+        return NVML_SUCCESS;
+    }
+    if (timeoutms) { /* nothing will come: wait as asked (bounded to a second), then say so */
+        struct timespec ts = {0, 0};
+        unsigned int ms = timeoutms > 1000 ? 1000 : timeoutms;
+        ts.tv_sec = ms / 1000;
+        ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data,
+                                     unsigned int timeoutms)
+{
+    return nvmlEventSetWait_v2(set, data, timeoutms);
 }

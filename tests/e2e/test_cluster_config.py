@@ -101,7 +101,9 @@ def test_slurm_conf_nodes_ports_and_hooks(layout: Layout) -> None:
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:a100,gres/gpu:v100,gres/gpu:h100" in text
     assert f"Prolog={layout.hooks_dir}/clusterjob-prolog" in text
     assert f"TaskProlog={layout.hooks_dir}/clusterjob-task-prolog" in text
-    assert "Prolog=" not in config.slurm_conf(layout, ports, node_gres, hooks=False)
+    assert f"Epilog={layout.hooks_dir}/clusterjob-epilog" in text
+    without = config.slurm_conf(layout, ports, node_gres, hooks=False)
+    assert "Prolog=" not in without and "Epilog=" not in without
 
 
 def test_task_prolog_wrapper_exports_the_standin(layout: Layout) -> None:

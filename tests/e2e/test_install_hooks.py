@@ -57,7 +57,7 @@ def test_install_hooks_wrappers_run_a_real_job(sandbox: Sandbox, tmp_path: Path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"runs clusterjob {__version__}" in checked.stdout
     assert "NVML: 4 GPU(s) on this machine" in checked.stdout  # gpu1's stand-in GPUs
-    assert "slurm.conf: Prolog= and TaskProlog= name these wrappers" in checked.stdout
+    assert "slurm.conf: Prolog=, TaskProlog= and Epilog= name these wrappers" in checked.stdout
 
     before = {p: p.stat().st_ino for p in (prolog, task_prolog)}
     written = clusterjob_cli(*_install_hooks(layout), env=sandbox.env)
