@@ -66,8 +66,32 @@ def test_a_failed_up_stops_what_it_started_and_takes_back_its_hosts_line(
         assert "stopping munged (this start failed)" in said
         assert "stopping mariadb (this start failed)" in said
         assert not host.has_hosts_entry(cluster._hosts_marker(layout))
+        assert not (state / "ports").exists()  # its block of ports is free again
+        assert str(state) not in {c.read_text().split()[0] for c in _claims()}
     finally:
         cluster.down(state)
+
+
+def _claims() -> list[Path]:
+    return list(cluster.PORT_CLAIMS.glob("[0-9]*"))
+
+
+def test_a_state_dir_below_one_others_can_change_is_refused_before_anything_starts(
+    trusted: Path,
+) -> None:
+    _needs_root()
+    shared = trusted / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /var/tmp: the Prolog would refuse the site file below it
+    state = shared / "sbx"
+    with pytest.raises(UsageError) as caught:
+        cluster.up(state)
+    assert str(caught.value) == (
+        f"sandbox state dir {state}: {shared} is mode 1777, and the Prolog trusts no site "
+        "file below a directory others can change; use a directory of root's (the default "
+        "is /var/lib/clusterjob-sandbox)"
+    )
+    assert not state.exists()
 
 
 def test_a_state_dir_on_a_full_disk_is_refused_before_anything_starts(

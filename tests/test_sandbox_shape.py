@@ -74,11 +74,52 @@ def test_the_sandboxs_own_shape_is_what_it_always_was(tmp_path: Path) -> None:
 def test_a_site_of_more_configurations_than_the_machine_runs_is_refused(tmp_path: Path) -> None:
     lines = ["site: wide", "gpu_request: {syntax: gres}", "models:"]
     lines += ["  A100: {gres_type: a100, nvml_names: [NVIDIA A100-SXM4-80GB]}"]
-    lines += ["partitions:", "  gpu: {nodes: 'n[1-10]', default: true}", "node_map:"]
+    lines += ["partitions:", "  gpu: {nodes: 'n[1-31]', default: true}", "node_map:"]
     lines += [
         f"  - {{nodes: n{i}, gpus: [{', '.join('{model: A100}' for _ in range(i))}]}}"
-        for i in range(1, 11)
+        for i in range(1, MAX_NODES + 2)
     ]
     (tmp_path / "wide.yaml").write_text("\n".join(lines) + "\n")
-    with pytest.raises(UsageError, match=r"--like wide: 10 node configurations .* at most 8"):
+    with pytest.raises(
+        UsageError, match=rf"--like wide: {MAX_NODES + 1} nodes .* at most {MAX_NODES}"
+    ):
         shape.like(load_site(tmp_path / "wide.yaml"))
+
+
+def test_more_of_the_sites_own_nodes_run_beside_one_per_configuration() -> None:
+    site = load_site(resources.site_configs_dir() / "jeanzay.yaml")
+    plain = [n.name for n in shape.like(site).nodes]
+    a100 = [n for n, gpus in site.node_map.nodes.items() if gpus[0].model == "A100"]
+    wider = [n.name for n in shape.like(site, a100).nodes]
+    assert wider[: len(plain)] == plain  # the configurations first, as before
+    assert set(a100) <= set(wider) and len(wider) == len(set(wider))
+    made = shape.like(site, a100)
+    by_name = {n.name: n for n in made.nodes}
+    assert {len(by_name[n].mapped) for n in a100} == {8}  # each as its node map says
+    gpu_p5 = next(p for p in made.partitions if p.name == "gpu_p5")
+    assert set(a100) <= set(gpu_p5.hostlist.split(","))
+
+
+def test_a_node_the_site_does_not_have_is_refused_with_a_suggestion() -> None:
+    site = load_site(resources.site_configs_dir() / "jeanzay.yaml")
+    some = next(iter(site.node_map.nodes))
+    with pytest.raises(UsageError, match=rf"--nodes: {some}x is not a node of jeanzay.*{some}"):
+        shape.like(site, [some + "x"])
+
+
+def test_a_site_that_routes_jobs_gets_a_submit_rule_that_routes_them() -> None:
+    """Jean Zay's H100 jobs name no partition (-C h100 alone): the site routes them. The
+    shaped cluster's job_submit.lua gives a job without --partition the site's routed
+    partitions; the sandbox's own shape routes nothing."""
+    site = load_site(resources.site_configs_dir() / "jeanzay.yaml")
+    made = shape.like(site)
+    assert made.routed == ("gpu_p13", "gpu_p6")
+    lua = config.job_submit_lua(made)
+    assert 'local ROUTED = "gpu_p13,gpu_p6"' in lua and "local TYPE_REQUIRED = false" in lua
+    own = config.job_submit_lua(DEFAULT_SHAPE)
+    assert "local ROUTED = nil" in own and "local TYPE_REQUIRED = true" in own
+    gres = {n.name: "gpu:4" for n in made.nodes}
+    text = config.slurm_conf(
+        Layout(Path("/x")), Ports.from_base(26800, made.nodes), gres, shape=made
+    )
+    assert "JobSubmitPlugins=lua" in text  # for the routing, though no type is required

@@ -503,3 +503,30 @@ def test_a_task_shape_where_each_task_is_one_gpu_is_a_config_error(tmp_path: Pat
         "so it cannot have a task count of its own",
     )
     assert resolved(site, gpus=0, partition="gpu").tasks_per_node == 8  # a CPU-only job's
+
+
+def test_node_features_of_a_node_map_entry_are_kept_and_a_bad_one_points_at_its_line(
+    tmp_path: Path,
+) -> None:
+    lines = [
+        "site: feat",
+        "gpu_request: {syntax: gres}",
+        "models:",
+        "  A100: {gres_type: a100, nvml_names: [NVIDIA A100-SXM4-80GB]}",
+        "partitions:",
+        "  gpu: {nodes: 'n[1-2]', default: true}",
+        "node_map:",
+        "  - nodes: 'n[1-2]'",
+        "    features: [mps, 'GPU_SKU:A100', mps]",
+        "    gpus: [{model: A100}]",
+    ]
+    (tmp_path / "feat.yaml").write_text("\n".join(lines) + "\n")
+    site = load_site(tmp_path / "feat.yaml")
+    assert site.node_map.features == {"n1": ("mps", "GPU_SKU:A100"), "n2": ("mps", "GPU_SKU:A100")}
+    lines[8] = "    features: [mps, 'a&b']"
+    (tmp_path / "feat.yaml").write_text("\n".join(lines) + "\n")
+    _, issues = validate_site_file(tmp_path / "feat.yaml")
+    assert [str(i) for i in issues] == [
+        f"{tmp_path / 'feat.yaml'}:9: node_map[0].features: not a node feature: 'a&b' "
+        "(letters, digits, _ . : - only)"
+    ]

@@ -11,7 +11,7 @@ import typer
 
 from clusterjob import envvars
 from clusterjob.cli import sandbox_app
-from clusterjob.errors import printable
+from clusterjob.errors import UsageError, printable
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the sandbox
     from clusterjob.sandbox import cluster
@@ -73,7 +73,7 @@ def up(
     state_dir: StateDir = None,
     slurm: Slurm = None,
     hooks: Annotated[
-        bool, typer.Option(help="Wire clusterjob's Prolog and TaskProlog into slurm.conf.")
+        bool, typer.Option(help="Wire clusterjob's Prolog, TaskProlog and Epilog into slurm.conf.")
     ] = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the daemons.")] = 120,
     like: Annotated[
@@ -86,22 +86,40 @@ def up(
             show_default=False,
         ),
     ] = None,
+    nodes: Annotated[
+        Optional[str],  # noqa: UP045 (typer on Python 3.10 needs Optional here)
+        typer.Option(
+            "--nodes",
+            metavar="HOSTLIST",
+            help="With --like: more of the site's own nodes to run beside one per GPU "
+            "configuration (gpu[01-04]), for jobs of several nodes; 30 nodes at most.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the local Slurm cluster with stand-in GPUs (as root); a no-op when it runs."""
     import os
 
-    from clusterjob.sandbox import cluster, releases
+    from clusterjob.sandbox import cluster, releases, shape
     from clusterjob.site.discovery import find_site
 
     site_file = None if like is None else find_site(like, environ=os.environ)
+    if nodes is not None and site_file is None:
+        raise UsageError("--nodes names nodes of the site given with --like; give --like too")
     choice = _choose(slurm, state_dir)
     rel = choice.release
     if rel is not None:
-        print(releases.up(rel, hooks=hooks, timeout=timeout, say=_progress, like=site_file), end="")
+        text = releases.up(
+            rel, hooks=hooks, timeout=timeout, say=_progress, like=site_file, nodes=nodes
+        )
+        print(text, end="")
         print(f"# or from the host: clusterjob sandbox exec --slurm {rel.version} -- COMMAND")
         return
     path = choice.state_dir
-    result = cluster.up(path, hooks=hooks, timeout=timeout, say=_progress, like=site_file)
+    wanted = () if nodes is None else shape.node_names(nodes)
+    result = cluster.up(
+        path, hooks=hooks, timeout=timeout, say=_progress, like=site_file, nodes=wanted
+    )
     if result.already_up:
         _progress(f"already up in {path}")
     else:

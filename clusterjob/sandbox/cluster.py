@@ -18,7 +18,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,17 +162,21 @@ def up(
     timeout: float = 120,
     say: Say = _quiet,
     like: Path | None = None,
+    nodes: Sequence[str] = (),
 ) -> UpResult:
     """Start whatever of the sandbox is not running; a no-op when all of it is. ``like``: a
-    site file whose shape the cluster takes (``clusterjob.sandbox.shape``); a sandbox keeps
-    the shape it was first brought up with until `down --purge`."""
+    site file whose shape the cluster takes (``clusterjob.sandbox.shape``), with ``nodes``
+    of its own beside one per configuration; a sandbox keeps the shape it was first brought
+    up with until `down --purge`."""
     started = time.monotonic()
     if os.geteuid() != 0:
         raise UsageError("sandbox up must run as root (it starts munged, MariaDB, Slurm daemons)")
     _check_state_dir(state_dir)
     layout = Layout(state_dir)
     if like is not None:
-        _take_shape(layout, like)
+        _take_shape(layout, like, nodes)
+    elif nodes:
+        raise UsageError("--nodes names nodes of the site given with --like; give --like too")
     if layout.pid_dir.is_dir():
         current = status(state_dir)
         if current.up:
@@ -196,13 +200,13 @@ def up(
     return UpResult(state_dir, False, time.monotonic() - started, final, installed)
 
 
-def _take_shape(layout: Layout, like: Path) -> None:
+def _take_shape(layout: Layout, like: Path, nodes: Sequence[str] = ()) -> None:
     """Record the shape of the site file ``like`` for this sandbox; refused while it runs
     in another shape."""
     from clusterjob.site.loader import load_site
 
     site = load_site(like)
-    wanted = shape.like(site)
+    wanted = shape.like(site, nodes)
     current = shape_of(layout)
     if current != wanted and any(r.alive() for r in host.list_pids(layout.pid_dir)):
         raise UsageError(
@@ -227,6 +231,7 @@ def _start(layout: Layout, *, hooks: bool, deadline: float, say: Say) -> None:
     _ensure_slurmdbd(layout, deadline, say)
     _register_accounting(layout)
     _ensure_slurmctld(layout, deadline, say)
+    _register_qos(layout, deadline)
     _ensure_slurmds(layout, deadline, say)
 
 
@@ -239,6 +244,17 @@ def _undo_start(layout: Layout, running: set[str], had_hosts_line: bool, say: Sa
         host.stop(rec, layout.pid_dir)
     if not had_hosts_line:
         host.remove_hosts_entry(_hosts_marker(layout))
+    if not running:  # it never ran: its ports go back (its claim used to hold them)
+        _release_ports(layout)
+
+
+def _release_ports(layout: Layout) -> None:
+    saved = layout.state_dir / "ports"
+    with host.exclusive_lock(PORT_CLAIMS / ".lock"):
+        for claim in PORT_CLAIMS.glob("[0-9]*"):
+            if claim.read_text().split()[:1] == [str(layout.state_dir)]:
+                claim.unlink(missing_ok=True)
+        saved.unlink(missing_ok=True)
 
 
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")
@@ -264,6 +280,16 @@ def _check_state_dir(state_dir: Path) -> None:
             f"sandbox state dir {state_dir}: {free >> 20} MiB free on {existing}; the sandbox "
             f"needs {MIN_FREE_BYTES >> 20} MiB (MariaDB, the daemons' logs and state)"
         )
+    for p in (d for d in reversed(state_dir.parents) if d.exists()):
+        st = os.stat(p)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            owner = "" if st.st_uid == 0 else f"owned by uid {st.st_uid}, "
+            raise UsageError(
+                f"sandbox state dir {state_dir}: {p} is {owner}mode "
+                f"{stat.S_IMODE(st.st_mode):04o}, and the Prolog trusts no site file below a "
+                "directory others can change; use a directory of root's (the default is "
+                f"{config.DEFAULT_STATE_DIR})"
+            )
     closed = next((p for p in state_dir.parents if p.exists() and not os.stat(p).st_mode & 1), None)
     if closed is not None:
         mode = stat.S_IMODE(os.stat(closed).st_mode)
@@ -352,38 +378,47 @@ PORT_CLAIMS = Path("/run/clusterjob-sandbox-ports")
 
 
 def _choose_ports(layout: Layout, port_range: range) -> Ports:
-    """Keep the block this sandbox used before if it is still ours, else the first block no
-    other sandbox claims and nothing listens on; claimed for this state dir under the lock."""
+    """Keep the blocks this sandbox used before if they are still ours, else the first run of
+    consecutive blocks (``config.blocks_for`` its nodes: one for up to 10) no other sandbox
+    claims and nothing listens on; claimed for this state dir under the lock."""
     saved = layout.state_dir / "ports"
-    candidates = list(port_range)
-    if saved.exists() and int(saved.read_text().strip()) in port_range:
+    nodes = shape_of(layout).nodes
+    span = config.blocks_for(len(nodes)) * config.PORT_BLOCK
+    candidates = [b for b in port_range if b + span <= port_range.stop]
+    if saved.exists() and int(saved.read_text().strip()) in candidates:
         candidates.insert(0, int(saved.read_text().strip()))
     ours_running = any(r.alive() for r in host.list_pids(layout.pid_dir))
     with host.exclusive_lock(PORT_CLAIMS / ".lock"):
         taken = _port_claims_of_others(layout.state_dir)
         for base in candidates:
-            ports = Ports.from_base(base, shape_of(layout).nodes)
-            if base in taken:
+            ports = Ports.from_base(base, nodes)
+            blocks = range(base, base + span, config.PORT_BLOCK)
+            if any(b in taken for b in blocks):
                 continue
             if (ours_running and base == candidates[0] and saved.exists()) or all(
                 host.port_free(p) for p in ports.all()
             ):
                 saved.write_text(f"{base}\n")
-                _write(PORT_CLAIMS / str(base), f"{layout.state_dir}\n", 0o644)
+                for block in blocks:  # each names the sandbox and its first block
+                    _write(PORT_CLAIMS / str(block), f"{layout.state_dir}\n{base}\n", 0o644)
                 return ports
-    raise ClusterjobError(f"no free block of ports in {port_range.start}-{port_range.stop - 1}")
+    raise ClusterjobError(
+        f"no free run of {span} ports in {port_range.start}-{port_range.stop - 1}"
+    )
 
 
 def _port_claims_of_others(state_dir: Path) -> set[int]:
     """The blocks other sandboxes hold: claimed, and still named by their state dir's
-    ``ports`` (a purged sandbox's claim lapses)."""
+    ``ports`` (a purged sandbox's claim lapses; so does a block it no longer spans)."""
     taken = set()
     for claim in PORT_CLAIMS.glob("[0-9]*"):
-        other = Path(claim.read_text().strip())
+        lines = claim.read_text().split()
+        other = Path(lines[0])
         if other == state_dir:
             continue
+        first = lines[1] if len(lines) > 1 else claim.name  # a claim written before runs
         try:
-            still = (other / "ports").read_text().strip() == claim.name
+            still = (other / "ports").read_text().strip() == first
         except OSError:
             still = False
         if still:
@@ -431,7 +466,7 @@ def _write_files(layout: Layout, ports: Ports, *, hooks: bool, release: str | No
     checked = cluster_shape.like is None or bool(cluster_shape.nvml)
     conf = config.slurm_conf(layout, ports, node_gres, hooks=hooks and checked, shape=cluster_shape)
     _write(layout.slurm_conf, conf, 0o644)
-    _write(layout.job_submit_lua, config.JOB_SUBMIT_LUA, 0o644)
+    _write(layout.job_submit_lua, config.job_submit_lua(cluster_shape), 0o644)
     cgroup = config.cgroup_conf(release)
     if cgroup is None:
         layout.cgroup_conf.unlink(missing_ok=True)
@@ -773,8 +808,8 @@ def _sacctmgr(layout: Layout, *args: str) -> str:
 
 
 def _register_accounting(layout: Layout) -> None:
-    """The cluster, its accounts (the sandbox's, and a site shape's) with root in each, and a
-    site shape's QoS with their limits, so jobs run under accounting."""
+    """The cluster and its accounts (the sandbox's, and a site shape's) with root in each, so
+    jobs run under accounting."""
     cluster_shape = shape_of(layout)
     name = cluster_shape.cluster_name
     if name not in _sacctmgr(layout, "list", "cluster", "format=cluster").split():
@@ -803,7 +838,22 @@ def _register_accounting(layout: Layout) -> None:
                 f"cluster={name}",
                 f"defaultaccount={config.ACCOUNT}",
             )
-    for qos in cluster_shape.qos:
+
+
+def _register_qos(layout: Layout, deadline: float) -> None:
+    """A site shape's QoS with their limits, root allowed each. After slurmctld: a GPU limit
+    names the TRES gres/gpu, which exists only once slurmctld has registered its
+    AccountingStorageTRES (before, sacctmgr refused: "no TRES known by type gres/gpu")."""
+    wanted = list(shape_of(layout).qos)
+    if any(q.max_gpus_per_job is not None for q in wanted):
+        while (
+            "gres/gpu"
+            not in _sacctmgr(layout, "list", "tres", "format=type,name").replace("|", "/").split()
+        ):
+            if time.monotonic() > deadline:
+                raise ClusterjobError("slurmctld did not register the TRES gres/gpu in time")
+            time.sleep(0.2)
+    for qos in wanted:
         if qos.name not in _sacctmgr(layout, "list", "qos", "format=name").split():
             _sacctmgr(layout, "add", "qos", qos.name, *_qos_limits(qos))
             _sacctmgr(layout, "modify", "user", "root", "set", f"qos+={qos.name}")

@@ -30,11 +30,12 @@ HOSTS_MARKER = "# clusterjob-sandbox"
 
 # The Slurm releases a sandbox can run, oldest first, and the Debian suite shipping each.
 RELEASE_SUITES: dict[str, str] = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
-# Each release's sandbox takes its ports from its own block of the range (the host's 22.05
-# keeps 26800-26899), so sandboxes of different releases can run side by side.
+# Each release's sandbox takes its ports from its own part of the range (the host's 22.05
+# keeps 26800-26999), so sandboxes of different releases can run side by side; in it, each
+# sandbox a block of 20 (two or more for more than 10 nodes).
 PORT_BASE = 26800
 PORT_BLOCK = 20
-PORTS_PER_RELEASE = 100
+PORTS_PER_RELEASE = 200
 
 
 def named_state_dir(option: Path | None) -> tuple[Path | None, str]:
@@ -184,6 +185,9 @@ class ClusterShape:
     type_required: bool = True  # job_submit/lua refuses a GPU request without a type
     accounts: tuple[str, ...] = (ACCOUNT,)
     qos: tuple[QosLimits, ...] = ()
+    # the partitions a job that names none may run in, where the site routes jobs (its
+    # partitions of `submit_as: none`); empty: Slurm's default partition
+    routed: tuple[str, ...] = ()
     like: str | None = None  # the site file it was made from
     cluster_name: str = CLUSTER_NAME  # Slurm's ClusterName: a site shape's is the site's
 
@@ -193,7 +197,14 @@ DEFAULT_SHAPE = ClusterShape(
     tuple(PartitionShape(n, hosts, default) for n, (hosts, default) in PARTITIONS.items()),
     tuple(m.gres_type for m in MODELS.values()),
 )
-MAX_NODES = 8  # a block of ports holds 10 slurmds; the machine's cores run 8 well enough
+# A block of ports holds 10 slurmds; a sandbox of more nodes claims consecutive blocks.
+# 30 slurmds run on two cores: idle, each is a few MB and no CPU.
+MAX_NODES = 30
+
+
+def blocks_for(nodes: int) -> int:
+    """The consecutive blocks of ports a sandbox of ``nodes`` slurmds claims."""
+    return -(-(10 + nodes) // PORT_BLOCK)
 
 
 @dataclass(frozen=True)
@@ -380,8 +391,9 @@ def slurm_conf(
         "DefMemPerCPU=1024",
         "SlurmdParameters=config_overrides",
         f"GresTypes=gpu,{COUNT_ONLY_GRES.split(':', 1)[0]}",
-        # A site rule as real sites write it (job_submit/lua): a GPU request must name a type.
-        *(["JobSubmitPlugins=lua"] if shape.type_required else []),
+        # Site rules as real sites write them (job_submit/lua): a GPU request must name a
+        # type; a job that names no partition is routed to the site's routed ones.
+        *(["JobSubmitPlugins=lua"] if shape.type_required or shape.routed else []),
         "MpiDefault=none",
         "ReturnToService=2",
         "MinJobAge=3600",
@@ -401,6 +413,7 @@ def slurm_conf(
     if hooks:
         wrappers = hook_wrappers(layout)
         lines += [f"Prolog={wrappers.prolog}", f"TaskProlog={wrappers.task_prolog}"]
+        lines += [f"Epilog={wrappers.epilog}"]
     for node in shape.nodes:
         gres = ",".join(g for g in (node_gres.get(node.name, ""), COUNT_ONLY_GRES) if g)
         features = shape.features.get(node.name, ())
@@ -425,10 +438,23 @@ def slurm_conf(
 # `avail` and `site diff` must not be thrown by it.
 COUNT_ONLY_GRES = "pfsdir:scratch:no_consume:1"
 
-# Refuses a GPU request without a type, with the words such sites' plugins print (sbatch
-# then says "Batch job submission failed: Unspecified error" after them).
-JOB_SUBMIT_LUA = """\
+
+def job_submit_lua(shape: ClusterShape) -> str:
+    """The cluster's job_submit.lua: refuses a GPU request without a type where the shape
+    requires one, with the words such sites' plugins print (sbatch then says "Batch job
+    submission failed: Unspecified error" after them); gives a job that names no partition
+    the shape's routed ones, as a site that routes jobs by their request does."""
+    routed = ",".join(shape.routed)
+    return _JOB_SUBMIT_LUA.replace(
+        "@TYPE_REQUIRED@", "true" if shape.type_required else "false"
+    ).replace("@ROUTED@", f'"{routed}"' if routed else "nil")
+
+
+_JOB_SUBMIT_LUA = """\
 -- Written by `clusterjob sandbox up`; regenerated on every start.
+local TYPE_REQUIRED = @TYPE_REQUIRED@
+local ROUTED = @ROUTED@
+
 local function untyped_gpu(tres)
    if tres == nil then
       return false
@@ -445,10 +471,13 @@ end
 function slurm_job_submit(job_desc, part_list, submit_uid)
    -- by name: a table of the values would stop ipairs at the first one that is nil
    for _, key in ipairs({"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}) do
-      if untyped_gpu(job_desc[key]) then
+      if TYPE_REQUIRED and untyped_gpu(job_desc[key]) then
          slurm.log_user("You must always specify a type when requesting gpu GRES")
          return slurm.ERROR
       end
+   end
+   if ROUTED ~= nil and job_desc.partition == nil then
+      job_desc.partition = ROUTED
    end
    return slurm.SUCCESS
 end

@@ -389,9 +389,11 @@ def up(
     timeout: float = 120,
     say: Say = _quiet,
     like: Path | None = None,
+    nodes: str | None = None,
 ) -> str:
     """Root, mounts, venv, then ``clusterjob sandbox up`` inside; what that printed. ``like``:
-    a site file, copied into the release's state dir (seen inside) for `up --like`."""
+    a site file, copied into the release's state dir (seen inside) for `up --like`;
+    ``nodes``: its `--nodes`."""
     if os.geteuid() != 0:
         raise UsageError("sandbox up must run as root (it builds a root file system, mounts)")
     ensure_root(rel, say)
@@ -402,6 +404,7 @@ def up(
         given = rel.state_dir / "like-given.yaml"
         shutil.copyfile(like, given)
         argv += ["--like", str(given)]
+    argv += [] if nodes is None else ["--nodes", nodes]
     argv += [] if hooks else ["--no-hooks"]
     argv += ["--timeout", str(timeout)]
     say(f"starting the Slurm {rel.version} sandbox inside the {rel.suite} root")

@@ -16,10 +16,11 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from clusterjob.errors import UsageError
+from clusterjob.errors import UsageError, did_you_mean
 from clusterjob.sandbox.config import (
     ACCOUNT,
     CLUSTER_NAME,
@@ -54,9 +55,11 @@ def record(layout: Layout, shape: ClusterShape, site_text: str) -> None:
     (layout.state_dir / SHAPE_FILE).write_text(json.dumps(asdict(shape), indent=1) + "\n")
 
 
-def like(site: Site) -> ClusterShape:
-    """The local cluster shaped like ``site`` (see the module's docstring)."""
-    names = _pick_nodes(site)
+def like(site: Site, more: Sequence[str] = ()) -> ClusterShape:
+    """The local cluster shaped like ``site`` (see the module's docstring); ``more``: more of
+    the site's own nodes to run beside one per configuration (a job of several nodes needs
+    that many of one configuration)."""
+    names = _pick_nodes(site, more)
     nodes = tuple(_node(site, name) for name in names)
     partitions = []
     for part in site.partitions:
@@ -77,13 +80,17 @@ def like(site: Site) -> ClusterShape:
     features = {
         node.name: tuple(
             dict.fromkeys(
-                f
-                for gpu in node.mapped
-                for f in _FEATURE.findall(models[gpu.model].constraint or "")
+                [
+                    *(
+                        f
+                        for gpu in node.mapped
+                        for f in _FEATURE.findall(models[gpu.model].constraint or "")
+                    ),
+                    *site.node_map.features.get(node.name, ()),
+                ]
             )
         )
         for node in nodes
-        if node.mapped
     }
     return ClusterShape(
         nodes=nodes,
@@ -96,6 +103,7 @@ def like(site: Site) -> ClusterShape:
         },
         features={n: f for n, f in features.items() if f},
         type_required=site.type_required,
+        routed=tuple(p.name for p in partitions if _submit_as(site, p.name) == "none"),
         accounts=_accounts(site),
         qos=_qos(site),
         like=str(site.source),
@@ -103,9 +111,25 @@ def like(site: Site) -> ClusterShape:
     )
 
 
-def _pick_nodes(site: Site) -> list[str]:
+def node_names(hosts: str) -> list[str]:
+    """The names of `up --nodes HOSTLIST` (``gpu[01-04],big1``)."""
+    import hostlist
+
+    try:
+        return list(hostlist.expand_hostlist(hosts))
+    except hostlist.BadHostlist as e:
+        raise UsageError(f"--nodes {hosts}: not a host list ({e})") from None
+
+
+def _submit_as(site: Site, name: str) -> str | None:
+    part = site.partition(name)
+    return part.submit_as if part else None
+
+
+def _pick_nodes(site: Site, wanted: Sequence[str] = ()) -> list[str]:
     """One node per distinct GPU configuration of the node map, then one for each partition
-    none of those is in; refused beyond ``MAX_NODES``."""
+    none of those is in, then the ``wanted`` ones (the site's own names); refused beyond
+    ``MAX_NODES``."""
     seen: set[tuple[object, ...]] = set()
     names: list[str] = []
     for name, gpus in site.node_map.nodes.items():
@@ -119,10 +143,20 @@ def _pick_nodes(site: Site) -> list[str]:
         if not any(n in part.node_names for n in names):
             mapped = [n for n in part.node_names if n in site.node_map]
             names.append((mapped or list(part.node_names))[0])
+    known = dict.fromkeys(
+        [*site.node_map.nodes, *(n for p in site.partitions for n in p.node_names)]
+    )
+    for name in wanted:
+        if name not in known:
+            raise UsageError(
+                f"--nodes: {name} is not a node of {site.name}{did_you_mean(name, list(known))}"
+            )
+        if name not in names:
+            names.append(name)
     if len(names) > MAX_NODES:
         raise UsageError(
-            f"--like {site.name}: {len(names)} node configurations and partitions; the local "
-            f"cluster runs at most {MAX_NODES} nodes"
+            f"--like {site.name}: {len(names)} nodes (node configurations, partitions and "
+            f"--nodes); the local cluster runs at most {MAX_NODES}"
         )
     return names
 
@@ -240,6 +274,7 @@ def _from_json(data: dict[str, object]) -> ClusterShape:
         nvml={k: (v[0], v[1]) for k, v in data["nvml"].items()},  # type: ignore[attr-defined]
         features={k: tuple(v) for k, v in data["features"].items()},  # type: ignore[attr-defined]
         type_required=bool(data["type_required"]),
+        routed=tuple(data.get("routed", ())),  # type: ignore[arg-type]
         accounts=tuple(data["accounts"]),  # type: ignore[arg-type]
         qos=tuple(
             QosLimits(

@@ -79,6 +79,7 @@ MIG_COMPUTE_SLICES = 7  # an A100/H100/H200 has 7 compute slices to share out
 _PROLOG_KEYS = schema.PROLOG.key_table()
 _CHECKS_KEYS = schema.CHECKS.key_table()
 _CUDA_VERSION = re.compile(schema.CUDA_VERSION_PATTERN)
+_NODE_FEATURE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 _DRIVER_VERSION = re.compile(schema.DRIVER_VERSION_PATTERN)
 
 
@@ -668,6 +669,7 @@ def _read_node_map(
     lines: dict[str, int] = {}
     where: dict[str, int] = {}  # node -> entry index
     uuids: dict[str, str] = {}
+    features: dict[str, tuple[str, ...]] = {}
     items = v.sequence(node, "node_map", "a list of {nodes, gpus} entries")
     if items is None:
         return NodeMap(nodes, lines), refused
@@ -681,6 +683,7 @@ def _read_node_map(
         gpus = None
         if "gpus" in fields:
             gpus = _read_gpus(v, fields["gpus"].value, f"{path}.gpus", defined, names, uuids)
+        own = _read_node_features(v, fields, path)
         if hosts is None:
             continue
         line = key_line(fields, "nodes") or line_of(item)
@@ -696,6 +699,8 @@ def _read_node_map(
                 nodes[name] = gpus
             elif "gpus" in fields:
                 refused.add(name)
+            if own:
+                features[name] = own
         for first, dup in twice.items():
             shown = hostlist.collect_hostlist(dup)
             v.error(
@@ -703,7 +708,26 @@ def _read_node_map(
                 join_path(path, "nodes"),
                 f"{shown} already defined in node_map[{first}] (line {lines[dup[0]]})",
             )
-    return NodeMap(nodes, lines), refused
+    return NodeMap(nodes, lines, features), refused
+
+
+def _read_node_features(v: Validator, fields: dict[str, Entry], path: str) -> tuple[str, ...]:
+    """A node_map entry's own node features: plain names (no operators), as Slurm's
+    ``Features=`` takes them."""
+    items = read_key(fields, "features", v.string_list, path)
+    if not isinstance(items, list):
+        return ()
+    out = []
+    for text, node in items:
+        if not _NODE_FEATURE.fullmatch(text):
+            v.error(
+                line_of(node),
+                join_path(path, "features"),
+                f"not a node feature: {text!r} (letters, digits, _ . : - only)",
+            )
+            continue
+        out.append(text)
+    return tuple(dict.fromkeys(out))
 
 
 # -- the rest -------------------------------------------------------------------------------

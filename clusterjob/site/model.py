@@ -66,6 +66,7 @@ class JobDefaults:
     # choice, as qos and qos_by_time are.
     tasks_per_node: int | None = None
     cpus_per_task: int | None = None
+    max_requeues: int | None = None  # how often a job may be requeued (--max-requeues)
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,7 @@ class NodeMap:
 
     nodes: dict[str, tuple[NodeGpu, ...]]
     lines: dict[str, int] = field(default_factory=dict)
+    features: dict[str, tuple[str, ...]] = field(default_factory=dict)  # beyond the models'
 
     def gpus(self, node: str) -> tuple[NodeGpu, ...] | None:
         return self.nodes.get(node)

@@ -267,6 +267,13 @@ DEFAULTS = Section(
             "`cpus_per_gpu`: a layer that sets either replaces both).",
             minimum=1,
         ),
+        Key(
+            "max_requeues",
+            INTEGER,
+            "How often a job that gives no `--max-requeues` may be requeued (preemption, node "
+            "failure); an attempt past it stops at once and says so. Default 3.",
+            minimum=0,
+        ),
     ),
     also_at=("partitions.NAME.defaults", "models.NAME.defaults"),
 )
@@ -525,6 +532,13 @@ NODE_ENTRY = Section(
             "Each GPU of these nodes, in PCI bus order.",
             required=True,
             section=GPU_SLOT,
+        ),
+        Key(
+            "features",
+            STRING_LIST,
+            "Node features these nodes have beyond the models' constraints (Slurm's "
+            "`Features=`), e.g. `[mps]` for `-C mps`; `sandbox up --like` gives them.",
+            example="[mps, ib]",
         ),
     ),
 )
