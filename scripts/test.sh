@@ -45,12 +45,24 @@ if [ ! -r /usr/include/slurm/spank.h ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q libslurm-dev >/dev/null ||
         echo "libslurm-dev not installed: the --container-image test is skipped" >&2
 fi
+# Chromium (Debian's package) for the documentation's browser test, tests/test_docs_browser.py:
+# every page of the built site at 1280 and 390 px, screenshots under build/screenshots/.
+# Without it that test is skipped, and says so.
+chromium_package() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+}
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+    chromium_package || { apt-get update -q >/dev/null && chromium_package; } ||
+        echo "chromium not installed: the documentation's browser test is skipped" >&2
+fi
 # Static checks first: mypy --strict on the package (config in pyproject.toml) and ruff.
 .venv/bin/mypy
-.venv/bin/ruff check clusterjob tests benchmarks examples
-.venv/bin/ruff format --check clusterjob tests benchmarks examples
-# The documentation: reference pages as the code says, and the site built strictly (seconds).
+.venv/bin/ruff check clusterjob hydra_plugins tests benchmarks examples
+.venv/bin/ruff format --check clusterjob hydra_plugins tests benchmarks examples
+# The documentation: reference pages and diagrams as the code says, and the site built strictly
+# (seconds).
 .venv/bin/python scripts/gen_reference.py --check
+.venv/bin/python scripts/gen_diagrams.py --check
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 .venv/bin/clusterjob sandbox up
 eval "$(.venv/bin/clusterjob sandbox env)"

@@ -3,7 +3,8 @@ says how to write each kind):
 
 - ``console``: runnable. Each ``$ `` line (continued by a trailing backslash) is a command,
   run against the local cluster; a trailing ``# exit N`` says the exit status it must have
-  (default 0). Other lines are sample output, not compared.
+  (default 0). Other lines are output: compared for the commands scripts/gen_doc_outputs.py
+  names (tests/e2e/test_docs_blocks.py), else a sample, not compared.
 - ``sh`` / ``bash`` / ``shell``: illustrative, and say so on their first line (a comment
   beginning ``# illustrative``), or a file to copy (its first line ``#!``, its path in the
   block's ``title="..."``), which a test compares with what clusterjob writes.

@@ -88,6 +88,17 @@ def test_show_completion_prints_each_shells_script(shell: str) -> None:
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "_CLUSTERJOB_COMPLETE" in done.stdout
+    assert f"complete_{shell}" in done.stdout  # that shell's, not the parent process's
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_show_completion_takes_the_named_shell_without_a_shell_above_it(shell: str) -> None:
+    """Typer guessed the shell from the parent processes: from a script with none above it
+    (setsid, as cron or a container's entry point), "Shell  not supported"."""
+    done = subprocess.run(["setsid", "-w", _clusterjob(), "--show-completion", shell],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"complete_{shell}" in done.stdout
 
 
 def _read_until(fd: int, wanted: list[str], timeout: float) -> str:

@@ -227,3 +227,14 @@ def test_json_output_has_the_documented_keys(
     data: Any = json.loads(capsys.readouterr().out)
     obj = data[0] if isinstance(data, list) else data
     assert list(obj) == _documented_keys(command)
+
+
+def test_every_option_says_what_it_means() -> None:
+    """No row of the command reference has an empty meaning: an option without help text
+    fails here (give it `help=` where it is declared)."""
+    empty = [
+        line
+        for line in _page("commands.md").splitlines()
+        if line.startswith("| `") and line.rstrip().endswith("|  |")
+    ]
+    assert not empty, "options without a help text:\n" + "\n".join(empty)

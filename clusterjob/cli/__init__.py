@@ -95,7 +95,7 @@ def _options(
 
 
 site_app = typer.Typer(
-    help="Site configs: validate, show, gres-conf, schema, probe, diff, install-hooks.",
+    help="Site: validate, show, gres-conf, schema, probe, init, diff, install-hooks.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -134,6 +134,20 @@ def _show_debug_log() -> None:
     logger.setLevel(logging.DEBUG)
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _show_completion(shell: str) -> int:
+    """``--show-completion SHELL``: that shell's script. Typer's own option reads no value
+    under Click 8.2+ and guesses the shell from the parent processes instead: `--show-completion
+    zsh` run from bash printed bash's, and from a script with no shell above it, "Shell  not
+    supported"."""
+    from typer._completion_shared import get_completion_script
+
+    print(get_completion_script(prog_name="clusterjob", complete_var=COMPLETION_VAR, shell=shell))
+    return 0
+
+
 def run(argv: list[str]) -> int:
     """Run the app on ``argv``; map every outcome to an exit code. ``--debug`` shows tracebacks."""
     debug = "--debug" in argv or os.environ.get(envvars.DEBUG) == "1"
@@ -142,6 +156,8 @@ def run(argv: list[str]) -> int:
         err(f"debug: clusterjob {__version__}, Python {sys.version.split()[0]}, {sys.executable}")
     if debug:
         _show_debug_log()
+    if len(argv) == 2 and argv[0] == "--show-completion" and argv[1] in COMPLETION_SHELLS:
+        return _show_completion(argv[1])
     _register_commands(argv[0] if argv else None)
     shown = app
     if argv in LISTING_ARGV and COMPLETION_VAR not in os.environ:

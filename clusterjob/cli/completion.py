@@ -60,5 +60,11 @@ ModelOption = Annotated[
     typer.Option("--model", "-m", help="GPU model (or an alias).", autocompletion=complete_model),
 ]
 PartitionOption = Annotated[
-    str | None, typer.Option("--partition", "-p", autocompletion=complete_partition)
+    str | None,
+    typer.Option(
+        "--partition",
+        "-p",
+        help="Slurm partition, one the site config names.",
+        autocompletion=complete_partition,
+    ),
 ]

@@ -28,14 +28,26 @@ def shell(
     model: ModelOption = None,
     partition: PartitionOption = None,
     time: Annotated[str | None, typer.Option("--time", "-t", help="Time limit.")] = None,
-    account: Annotated[str | None, typer.Option("--account", "-A")] = None,
-    qos: Annotated[str | None, typer.Option("--qos")] = None,
-    cpus_per_gpu: Annotated[int | None, typer.Option("--cpus-per-gpu")] = None,
-    mem_per_gpu: Annotated[str | None, typer.Option("--mem-per-gpu")] = None,
-    constraint: Annotated[str | None, typer.Option("--constraint", "-C")] = None,
-    exclude: Annotated[str | None, typer.Option("--exclude", "-x")] = None,
-    nodelist: Annotated[str | None, typer.Option("--nodelist", "-w")] = None,
-    job_name: Annotated[str, typer.Option("--job-name", "-J")] = "shell",
+    account: Annotated[
+        str | None, typer.Option("--account", "-A", help="Slurm account to charge.")
+    ] = None,
+    qos: Annotated[str | None, typer.Option("--qos", help="Slurm quality of service.")] = None,
+    cpus_per_gpu: Annotated[
+        int | None, typer.Option("--cpus-per-gpu", help="CPUs per GPU.")
+    ] = None,
+    mem_per_gpu: Annotated[
+        str | None, typer.Option("--mem-per-gpu", help="Memory per GPU, e.g. 64G.")
+    ] = None,
+    constraint: Annotated[
+        str | None, typer.Option("--constraint", "-C", help="Node features, e.g. ib&nvme.")
+    ] = None,
+    exclude: Annotated[
+        str | None, typer.Option("--exclude", "-x", help="Nodes not to use, e.g. gpu[01-03].")
+    ] = None,
+    nodelist: Annotated[
+        str | None, typer.Option("--nodelist", "-w", help="Nodes the job must use.")
+    ] = None,
+    job_name: Annotated[str, typer.Option("--job-name", "-J", help="Slurm job name.")] = "shell",
     site: SiteOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the srun command; start nothing.")

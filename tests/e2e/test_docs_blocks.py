@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from doc_blocks import REPO, SHELLS, all_blocks, commands
@@ -194,3 +195,33 @@ def test_json_outputs_have_the_documented_keys(cj: Cli) -> None:
         obj = data[0] if isinstance(data, list) else data
         assert isinstance(obj, dict)
         assert list(obj) == _documented_keys(command), command
+
+
+def _outputs_generator() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gen_doc_outputs", REPO / "scripts" / "gen_doc_outputs.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gen_doc_outputs", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+OUTPUT_PAGES = sorted(_outputs_generator().OUTPUTS)
+
+
+@pytest.mark.parametrize("page", OUTPUT_PAGES)
+def test_the_outputs_shown_are_what_the_commands_print(
+    page: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The output under a getting-started page's key commands (scripts/gen_doc_outputs.py
+    writes it) is what they print on the local cluster today, job ids, times, tokens and
+    paths aside: a change to a command's output shows in the page or fails here."""
+    gen = _outputs_generator()
+    outputs, _ = gen.capture(REPO / page, tmp_path, sandbox.state_dir)
+    assert set(outputs) == set(gen.OUTPUTS[page])
+    stale = gen.differences(REPO / page, outputs)
+    assert not stale, "\n\n".join(stale) + "\n(run python scripts/gen_doc_outputs.py)"
