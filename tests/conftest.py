@@ -3,6 +3,8 @@ real user's config, data or cache (job registry, site discovery, status cache)."
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 
@@ -20,6 +22,11 @@ def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     monkeypatch.delenv("CLUSTERJOB_SITE", raising=False)
     monkeypatch.delenv("CLUSTERJOB_DATA_DIR", raising=False)
     yield
+    # A cluster's polling thread outlives its test: left running, it asks the next test's
+    # (monkeypatched) Slurm about this one's jobs.
+    cluster = sys.modules.get("clusterjob.api.cluster")
+    if cluster is not None:
+        cluster.stop_polling()
 
 
 # The stand-in NVML library fixtures (standin_lib, run_python, ...) for every test module.
