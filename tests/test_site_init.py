@@ -3,18 +3,38 @@ site file the loader takes; the readings are pure and fed here with recorded out
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from slurm_fake import FakeSlurm
 
 from clusterjob.errors import SiteNotFound, UsageError
 from clusterjob.site.compare import compare_sites
-from clusterjob.site.init import ClusterFacts, describe, init_site, write_site
+from clusterjob.site.init import (
+    ClusterFacts,
+    SlotPlan,
+    describe,
+    init_site,
+    probe_nodes,
+    render,
+    slots_from_probe,
+    validate_text,
+    write_site,
+)
 from clusterjob.site.loader import load_site
 from clusterjob.site.modelnames import autodetected_nvml_name, guess_mig, known_model
+from clusterjob.site.nodeprobe import (
+    ProbedGpu,
+    ProbeJobs,
+    gpu_option,
+    node_configurations,
+    pick_node,
+)
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import SlurmClient
 from clusterjob.slurm.describe import (
@@ -536,3 +556,174 @@ def test_probe_finds_the_syntax_and_the_type_rule() -> None:
     tried = [c for c in replay.calls if c[0] == "sbatch"]
     assert len(tried) == 2 and all("--test-only" in c for c in tried)
     assert "You must always specify a type" in result.text
+
+
+# --- probe jobs: the PCI bus order of each node configuration ------------------------------
+
+PROBED_NODES = """\
+NodeName=g1 CPUTot=16 RealMemory=64000 State=IDLE Gres=gpu:a100:2,gpu:v100:2 Partitions=gpu
+NodeName=g2 CPUTot=16 RealMemory=64000 State=MIXED Gres=gpu:a100:2,gpu:v100:2 Partitions=gpu
+NodeName=g3 CPUTot=16 RealMemory=64000 State=IDLE Gres=gpu:a100:2,gpu:v100:2 Partitions=suspect
+NodeName=g4 CPUTot=32 State=DOWN+NOT_RESPONDING Gres=gpu:h100:2 Partitions=gpu Reason=dead [root]
+NodeName=g5 CPUTot=64 RealMemory=64000 State=ALLOCATED Gres=gpu:h100:2 Partitions=gpu
+NodeName=g6 CPUTot=16 RealMemory=64000 State=IDLE Gres=gpu:mystery:1 Partitions=gpu
+"""
+PROBED_PARTITIONS = (
+    "PartitionName=gpu Default=YES MaxTime=1:00:00 Nodes=g[1-2,4-6]\n"
+    "PartitionName=suspect MaxTime=1:00:00 Nodes=g3\n"
+)
+# What `site probe --json` answers on each node: V100s before A100s in PCI bus order.
+ANSWERS = {
+    "a100-v100": [
+        ("Tesla V100-SXM2-32GB", "0000:07:00.0"),
+        ("Tesla V100-SXM2-32GB", "0000:0b:00.0"),
+        ("NVIDIA A100-SXM4-80GB", "0000:81:00.0"),
+        ("NVIDIA A100-SXM4-80GB", "0000:82:00.0"),
+    ],
+    "mystery": [("NVIDIA B300 SXM6", "0000:19:00.0")],
+}
+
+
+class ProbeSlurm(FakeSlurm):
+    """FakeSlurm whose jobs run on the node they are pinned to: pending once, running once,
+    then completed with ``site probe --json``'s answer in their output file; a job pinned
+    to a node in ``busy`` stays pending, one on a node in ``held`` is held as after a
+    failed Prolog."""
+
+    def __init__(self, busy: Sequence[str] = (), held: Sequence[str] = ()) -> None:
+        super().__init__("lab")
+        self.busy = set(busy)
+        self.held = set(held)
+        self.scripts: dict[str, str] = {}
+
+    def _sbatch(self, cmd: list[str], timeout: float) -> SlurmResult:
+        done = super()._sbatch(cmd, timeout)
+        if done.returncode == 0 and "--test-only" not in cmd:
+            self.scripts[done.stdout.strip()] = Path(cmd[-1]).read_text()
+        return done
+
+    def _squeue(self, cmd: list[str], timeout: float) -> SlurmResult:
+        for job_id, script in self.scripts.items():
+            job = self.jobs[job_id]
+            node = re.search(r"--nodelist=(\S+)", script)
+            assert node is not None
+            if node.group(1) in self.busy or job["state"] in ("COMPLETED", "CANCELLED"):
+                job["reason"] = "Resources"
+                continue
+            if node.group(1) in self.held:
+                job.update(state="PENDING", reason="launch_failed_requeued_held")
+                continue
+            if job["state"] == "PENDING":
+                job.update(state="RUNNING", reason="None")
+                continue
+            gpus = ANSWERS["mystery" if node.group(1) == "g6" else "a100-v100"]
+            record = {"node": node.group(1), "gpus": [
+                {"slot": i, "model": None, "nvml_name": n, "bus_id": b, "uuid": None}
+                for i, (n, b) in enumerate(gpus)
+            ]}  # fmt: skip
+            out = re.search(r"--output=(\S+)", script)
+            assert out is not None
+            Path(out.group(1).replace("%j", job_id)).write_text(json.dumps(record))
+            job["state"] = "COMPLETED"
+        return super()._squeue(cmd, timeout)
+
+
+def _probe_facts() -> ClusterFacts:
+    return facts_of(PROBED_NODES, PROBED_PARTITIONS, "ClusterName = lab\n")
+
+
+def test_nodes_alike_are_one_configuration() -> None:
+    facts = _probe_facts()
+    configs = node_configurations(facts.nodes, gpu_layouts(facts.nodes))
+    # g1-g2 alike; g3 in another partition; g4 and g5 differ in CPUs
+    assert [c.hostlist for c in configs] == ["g[1-2]", "g3", "g4", "g5", "g6"]
+    assert [c.layout for c in configs] == [0, 0, 1, 1, 2]
+    each = node_configurations(facts.nodes, gpu_layouts(facts.nodes), each_node=True)
+    assert [c.hostlist for c in each] == ["g1", "g2", "g3", "g4", "g5", "g6"]
+    assert pick_node(configs[0], facts.nodes) == ("g1", "")  # idle before mixed
+    node, why = pick_node(configs[2], facts.nodes)
+    assert node is None and "DOWN+NOT_RESPONDING: dead" in why
+
+
+@pytest.mark.parametrize(
+    "syntax, gpus, option",
+    [
+        ("gres", [("a100", 2), ("v100", 2)], "--gres=gpu:a100:2,gpu:v100:2"),
+        ("gres+constraint", [(None, 4)], "--gres=gpu:4"),
+        ("gpus-per-node", [("a100", 2), ("v100", 2)], "--gpus-per-node=a100:2,v100:2"),
+        ("gpus", [("h100", 8)], "--gpus=h100:8"),
+    ],
+)
+def test_a_probe_job_asks_for_all_of_its_nodes_gpus(
+    syntax: str, gpus: list[tuple[str | None, int]], option: str
+) -> None:
+    assert gpu_option(gpus, syntax) == option
+
+
+def test_probe_jobs_fill_the_node_map_one_job_per_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
+    slurm = ProbeSlurm(busy=["g5"])
+    seen: list[str] = []
+    options = ProbeJobs(
+        timeout=60, clock=slurm.clock, sleep=slurm.sleep,
+        progress=lambda p: seen.append(f"{p.done}/{p.total} {p.events[-1]}"),
+    )  # fmt: skip
+    facts = _probe_facts()
+    plan, outcomes = probe_nodes(slurm.client(), facts, describe(facts).plan, options)
+    # one job per configuration with a usable node: g[1-2] (on g1), g3, g5, g6; g4 is down
+    sbatch = [c for c in slurm.commands("sbatch") if "--test-only" not in c]
+    assert len(sbatch) == 4
+    scripts = list(slurm.scripts.values())
+    assert "#SBATCH --nodelist=g1\n" in scripts[0] and "--gres=gpu:a100:2,gpu:v100:2" in scripts[0]
+    assert "#SBATCH --partition=suspect\n" in scripts[1]  # g3's own partition
+    assert all("site probe --json" in s.replace("'", "") for s in scripts)
+    assert slurm.commands("scancel") and slurm.jobs["102"]["state"] == "CANCELLED"  # g5
+    assert seen[-1].startswith("5/5 ") and any("g5: job 102 cancelled" in s for s in seen)
+    text = render(plan)
+    site, issues = validate_text(text)
+    assert site is not None, [str(i) for i in issues]
+    # g1-g3 answered alike: one entry, in PCI bus order, with the bus IDs
+    assert [(e.nodes, [(s.model, s.bus_id) for s in e.slots]) for e in plan.node_map][0] == (
+        "g[1-3]",
+        [("V100", "0000:07:00.0"), ("V100", "0000:0b:00.0"),
+         ("A100", "0000:81:00.0"), ("A100", "0000:82:00.0")],
+    )  # fmt: skip
+    assert [g.bus_id for g in site.node_map.gpus("g2") or ()] == [
+        "0000:07:00.0", "0000:0b:00.0", "0000:81:00.0", "0000:82:00.0"
+    ]  # fmt: skip
+    assert [g.bus_id for g in site.node_map.gpus("g4") or ()] == [None, None]
+    # the unknown GRES type takes the NVML name its node reported
+    assert site.model("mystery") is not None
+    assert site.model("mystery").nvml_names == ("NVIDIA B300 SXM6",)  # type: ignore[union-attr]
+    assert [line.split(":")[0] for line in plan.not_probed] == ["g4", "g5"]
+    assert "# Not probed (no bus IDs): g4: no usable node (DOWN+NOT_RESPONDING: dead" in text
+    assert "# Not probed (no bus IDs): g5: job 102 still pending (Resources) after 60 s" in text
+    assert not list((tmp_path / "data").iterdir())  # the jobs' files are removed
+
+
+def test_a_probe_answer_that_is_not_slurms_gres_is_not_used() -> None:
+    slots = (SlotPlan("A100"), SlotPlan("A100"))
+    nvml = {"A100": ["NVIDIA A100-SXM4-80GB"]}
+    one = [ProbedGpu("NVIDIA A100-SXM4-80GB", "0000:07:00.0")]
+    got, _, why = slots_from_probe(slots, one, nvml)
+    assert got is None and "NVML shows 1 GPUs (A100), Slurm's Gres 2 (A100, A100)" in why
+    got, _, why = slots_from_probe(slots, [ProbedGpu("Tesla T4", "0000:07:00.0")] * 2, nvml)
+    assert got is None and "'Tesla T4' is no model" in why
+
+
+def test_a_probe_job_the_prolog_refused_is_cancelled_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
+    slurm = ProbeSlurm(held=["g3"])
+    start = slurm.now
+    options = ProbeJobs(timeout=600, clock=slurm.clock, sleep=slurm.sleep)
+    facts = _probe_facts()
+    plan, _ = probe_nodes(slurm.client(), facts, describe(facts).plan, options)
+    assert slurm.now - start < 60  # not left to the timeout
+    g3 = [line for line in plan.not_probed if line.startswith("g3:")]
+    assert g3 and "held (launch_failed_requeued_held): the node's Prolog refused it" in g3[0]
+    assert slurm.jobs["101"]["state"] == "CANCELLED"
+    assert [e.nodes for e in plan.node_map][:2] == ["g[1-2]", "g3"]  # g3 keeps Slurm's slots

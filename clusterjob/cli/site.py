@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,6 +16,7 @@ from clusterjob.cli.common import JsonOption, SiteOption, load_site
 
 if TYPE_CHECKING:  # `clusterjob --help` imports every command module: not the site model
     from clusterjob.site.model import Site
+    from clusterjob.site.nodeprobe import ProbeProgress
 
 
 @site_app.command("validate")
@@ -171,20 +174,54 @@ def init(
         bool,
         typer.Option(
             "--probe",
+            help="Run one tiny job per node configuration (same GRES, features, CPUs, memory "
+            "and partitions) that reads its GPUs' PCI bus order with `clusterjob site probe`, "
+            "and fill the node map with it; also does --probe-syntax.",
+        ),
+    ] = False,
+    probe_syntax: Annotated[
+        bool,
+        typer.Option(
+            "--probe-syntax",
             help="Ask sbatch --test-only which GPU request forms the cluster takes (no job is "
             "created).",
         ),
     ] = False,
+    all_nodes: Annotated[
+        bool,
+        typer.Option("--all-nodes", help="With --probe: one job per node, not per configuration."),
+    ] = False,
+    probe_timeout: Annotated[
+        float,
+        typer.Option(
+            "--probe-timeout",
+            help="With --probe: seconds for the jobs to run; those not done are cancelled and "
+            "their nodes listed as not probed.",
+            min=1,
+        ),
+    ] = 300.0,
     name: Annotated[
         str | None, typer.Option("--name", help="The site's name (default: Slurm's ClusterName).")
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Describe the live cluster as a commented site file (models, partitions, limits, QoS),
-    for a cluster that has none; at most four Slurm calls."""
+    for a cluster that has none; at most four Slurm calls (--probe: and one job per node
+    configuration)."""
+    from clusterjob.errors import UsageError
     from clusterjob.site.init import init_record, init_site, write_site
+    from clusterjob.site.nodeprobe import ProbeJobs
 
-    result = init_site(name=name, probe=probe)
+    if all_nodes and not probe:
+        raise UsageError("--all-nodes goes with --probe")
+    jobs = None
+    if probe:
+        jobs = ProbeJobs(timeout=probe_timeout, each_node=all_nodes, progress=_probe_progress())
+    result = init_site(name=name, probe=probe or probe_syntax, probe_jobs=jobs)
+    if probe and sys.stderr.isatty():
+        print(file=sys.stderr)  # end the progress line
+    for line in result.plan.not_probed:
+        print(f"not probed: {line}", file=sys.stderr)
     for issue in result.issues:  # warnings only: a file the loader refuses is an error
         print(issue, file=sys.stderr)
     differences = []
@@ -198,7 +235,9 @@ def init(
         write_site(out, result.text, force=force)
         print(
             f"{out}: site {result.plan.site} written ({len(result.plan.models)} models, "
-            f"{len(result.plan.partitions)} partitions; {result.facts.calls} Slurm calls)",
+            f"{len(result.plan.partitions)} partitions; {result.facts.calls} Slurm calls"
+            + (f", {sum(1 for p in result.probes if p.job_id)} probe jobs" if probe else "")
+            + ")",
             file=sys.stderr,
         )
     if as_json:
@@ -211,6 +250,22 @@ def init(
         print(result.text, end="")
     if differences:
         raise typer.Exit(1)
+
+
+def _probe_progress() -> Callable[[ProbeProgress], None]:
+    """Probe jobs' progress on stderr: one line redrawn on a terminal, plain lines otherwise."""
+    tty = sys.stderr.isatty()
+
+    def show(p: ProbeProgress) -> None:
+        counts = f"[{p.done}/{p.total} done, {p.running} running, {p.pending} pending]"
+        if tty:
+            width = shutil.get_terminal_size().columns - 1
+            print(f"\r\033[Kprobe jobs {counts} {p.events[-1]}"[: width + 4], end="",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        else:
+            print(f"probe jobs {counts} {p.events[-1]}", file=sys.stderr, flush=True)
+
+    return show
 
 
 @site_app.command("diff")

@@ -41,6 +41,13 @@ from clusterjob.site.modelnames import (
     known_model,
     mig_profile,
 )
+from clusterjob.site.nodeprobe import (
+    ProbedGpu,
+    ProbeJobs,
+    ProbeOutcome,
+    node_configurations,
+    run_probe_jobs,
+)
 from clusterjob.slurm.commands import SlurmClient
 from clusterjob.slurm.describe import (
     GpuLayout,
@@ -107,6 +114,7 @@ class ModelPlan:
 class SlotPlan:
     model: str
     mig: tuple[str, ...] | None = None
+    bus_id: str | None = None  # read by a probe job (``site init --probe``)
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,7 @@ class SitePlan:
     syntax_note: str = ""
     account_note: str = ""
     left_out: list[str] = field(default_factory=list)
+    not_probed: list[str] = field(default_factory=list)  # "NODES: why", after probe jobs
 
 
 def _kind_of(gpu_type: str | None, layout: GpuLayout) -> tuple[str, str]:
@@ -519,7 +528,8 @@ def plan_site(facts: ClusterFacts, name: str | None = None) -> SitePlan:
         "GUESS: untyped GPU GRES told apart by node features (--gres=gpu:N --constraint=F)"
         if untyped_only
         else "GUESS: --gres=gpu:TYPE:N, which every Slurm release takes; "
-        "`clusterjob site init --probe` asks sbatch --test-only which forms this cluster takes"
+        "`clusterjob site init --probe` (or --probe-syntax) asks sbatch --test-only which "
+        "forms this cluster takes"
     )
     if config.get("JobSubmitPlugins", "(null)") not in ("", "(null)"):
         syntax_note += (
@@ -594,7 +604,10 @@ def render(plan: SitePlan) -> str:
     out.append(f"site: {_q(plan.site)}")
     if plan.cluster_name:
         out.append(f"cluster_name: {_q(plan.cluster_name)}")
-    out.append("preflight: warn   # the node map below is read from Slurm, not from the GPUs")
+    if any(slot.bus_id for entry in plan.node_map for slot in entry.slots):
+        out.append("preflight: warn   # bus IDs read by probe jobs; checked? then required")
+    else:
+        out.append("preflight: warn   # the node map below is read from Slurm, not from the GPUs")
     out += _comment(plan.account_note, "")
     out.append(f"account: {plan.account}")
     out.append("gpu_request:")
@@ -657,9 +670,12 @@ def render(plan: SitePlan) -> str:
         out.append("    gpus:")
         for slot in entry.slots:
             mig = f", mig: [{', '.join(slot.mig)}]" if slot.mig else ""
-            out.append(f"      - {{model: {_q(slot.model)}{mig}}}")
+            bus = f", bus_id: {_q(slot.bus_id)}" if slot.bus_id else ""
+            out.append(f"      - {{model: {_q(slot.model)}{bus}{mig}}}")
     for line in plan.left_out:
         out.append(f"# Left out: {line}")
+    for line in plan.not_probed:
+        out += _comment(f"Not probed (no bus IDs): {line}", "")
     return "\n".join(out) + "\n"
 
 
@@ -673,6 +689,7 @@ class InitResult:
     issues: tuple[ConfigIssue, ...]
     facts: ClusterFacts
     plan: SitePlan
+    probes: tuple[ProbeOutcome, ...] = ()  # one per node configuration, with probe jobs
 
 
 def init_record(result: InitResult, differences: Sequence[Difference] = ()) -> dict[str, object]:
@@ -683,6 +700,17 @@ def init_record(result: InitResult, differences: Sequence[Difference] = ()) -> d
         "calls": result.facts.calls,
         "text": result.text,
         "differences": [d.to_dict() for d in differences],
+        "probe_jobs": [
+            {
+                "nodes": o.config.hostlist,
+                "node": o.node,
+                "job_id": o.job_id,
+                "bus_ids": [g.bus_id for g in o.gpus] if o.gpus is not None else None,
+                "reason": o.reason or None,
+            }
+            for o in result.probes
+        ],
+        "not_probed": result.plan.not_probed,
     }
 
 
@@ -704,10 +732,15 @@ def describe(facts: ClusterFacts, name: str | None = None) -> InitResult:
 
 
 def init_site(
-    client: SlurmClient | None = None, *, name: str | None = None, probe: bool = False
+    client: SlurmClient | None = None,
+    *,
+    name: str | None = None,
+    probe: bool = False,
+    probe_jobs: ProbeJobs | None = None,
 ) -> InitResult:
     """Read the live cluster and describe it; with ``probe``, also ask ``sbatch --test-only``
-    which GPU request forms it takes (no job is created)."""
+    which GPU request forms it takes (no job is created); with ``probe_jobs``, run one tiny
+    job per node configuration to read its GPUs' PCI bus order (``probe_nodes``)."""
     client = client or SlurmClient()
     facts = read_cluster(client)
     result = describe(facts, name)
@@ -722,6 +755,11 @@ def init_site(
         text = render(plan)
         site, issues = validate_text(text)
         result = InitResult(text, site, tuple(issues), facts, plan)
+    if probe_jobs is not None and result.site is not None:
+        plan, outcomes = probe_nodes(client, facts, result.plan, probe_jobs)
+        text = render(plan)
+        site, issues = validate_text(text)
+        result = InitResult(text, site, tuple(issues), facts, plan, tuple(outcomes))
     if result.site is None:  # the loader refuses what was written: say where, write nothing
         raise ConfigError(
             [
@@ -816,3 +854,123 @@ def probe_syntax(client: SlurmClient, plan: SitePlan) -> SitePlan:
     if chosen is None:
         return replace(plan, syntax_note=plan.syntax_note + f"; probed, none accepted: {note}")
     return replace(plan, syntax=chosen, type_required=type_required, syntax_note=note)
+
+
+# --- probe jobs: the PCI bus order of each node configuration ---------------------------------
+
+
+def _placeholder(nvml_name: str) -> bool:
+    return nvml_name.startswith(UNKNOWN_NVML)
+
+
+def slots_from_probe(
+    slots: Sequence[SlotPlan], gpus: Sequence[ProbedGpu], nvml_names: dict[str, list[str]]
+) -> tuple[tuple[SlotPlan, ...] | None, dict[str, str], str]:
+    """Slurm's slots of a node put in the probed PCI bus order, each with its bus ID:
+    (slots, {model: the NVML name read for a model whose name was unknown}, why not)."""
+    models = list(dict.fromkeys(s.model for s in slots))
+    learned: dict[str, str] = {}
+    found: list[str] = []
+    for gpu in gpus:
+        name = gpu.nvml_name.casefold()
+        match = [m for m in models if name in (n.casefold() for n in nvml_names.get(m, ()))]
+        if not match:
+            match = [
+                m for m in models
+                if all(_placeholder(n) for n in nvml_names.get(m, ()))
+                and learned.get(m, gpu.nvml_name) == gpu.nvml_name
+            ]  # fmt: skip
+            if len(match) != 1:
+                return None, {}, f"NVML name {gpu.nvml_name!r} is no model of Slurm's Gres here"
+            learned[match[0]] = gpu.nvml_name
+        found.append(match[0])
+    wanted = [s.model for s in slots]
+    if sorted(found) != sorted(wanted):
+        return (
+            None,
+            {},
+            (
+                f"NVML shows {len(found)} GPUs ({', '.join(found) or 'none'}), Slurm's Gres "
+                f"{len(wanted)} ({', '.join(wanted)})"
+            ),
+        )
+    left = list(slots)
+    out = []
+    for model, gpu in zip(found, gpus, strict=True):
+        k = next(k for k, s in enumerate(left) if s.model == model)
+        out.append(replace(left.pop(k), bus_id=gpu.bus_id))
+    return tuple(out), learned, ""
+
+
+def apply_probes(plan: SitePlan, outcomes: Sequence[ProbeOutcome]) -> SitePlan:
+    """The plan with the probe jobs' answers: nodes of one configuration share one node map
+    entry with the bus IDs read on one of them; what was not probed keeps Slurm's slots and
+    is listed (pure)."""
+    models = [replace(m, nvml_names=list(m.nvml_names)) for m in plan.models]
+    nvml = {m.name: m.nvml_names for m in models}
+    owned = {n.casefold(): m.name for m in models for n in m.nvml_names if not _placeholder(n)}
+    entries: list[NodeEntryPlan] = []
+    not_probed: list[str] = []
+    for index, entry in enumerate(plan.node_map):
+        groups: dict[tuple[SlotPlan, ...], tuple[list[str], list[str]]] = {}
+        for o in (o for o in outcomes if o.config.layout == index):
+            slots, why = None, o.reason
+            if o.gpus is not None:
+                slots, learned, why = slots_from_probe(entry.slots, o.gpus, nvml)
+                if any(owned.get(n.casefold(), m) != m for m, n in learned.items()):
+                    slots, why = None, "its NVML names belong to other models here"
+                for model, name in learned.items():
+                    nvml[model][:] = [name]
+                    owned[name.casefold()] = model
+                if slots is None:
+                    why = f"job {o.job_id} on {o.node}: {why}"
+            if slots is None:
+                not_probed.append(f"{o.config.hostlist}: {why}")
+            nodes, said = groups.setdefault(slots or entry.slots, ([], []))
+            nodes.extend(o.config.nodes)
+            said.append(f"bus order read on {o.node} by job {o.job_id}" if slots else "not probed")
+        covered = {n for nodes, _ in groups.values() for n in nodes}
+        rest = [n for n in hostlist.expand_hostlist(entry.nodes) if n not in covered]
+        if rest:
+            groups.setdefault(entry.slots, ([], []))[0].extend(rest)
+        for slots, (nodes, said) in groups.items():
+            note = entry.note + ("; " + ", ".join(dict.fromkeys(said)) if said else "")
+            entries.append(NodeEntryPlan(str(hostlist.collect_hostlist(nodes)), slots, note))
+    for m in models:
+        if (
+            m.nvml_names
+            and not any(_placeholder(n) for n in m.nvml_names)
+            and (m.nvml_names != next(p.nvml_names for p in plan.models if p.name == m.name))
+        ):
+            m.note += f"; NVML name {m.nvml_names[0]!r} read by a probe job"
+    probed = len(outcomes) - len(not_probed)
+    header = [*plan.header[:2],
+        "Lines marked GUESS are what Slurm does not say; check them. Probe jobs (`site init "
+        f"--probe`) read the PCI bus order on {probed} of {len(outcomes)} node configurations: "
+        "the node map's bus IDs are theirs"
+        + ("; the nodes listed at the end were not probed and have models and counts only"
+           if not_probed else "")
+        + ". The preflight warns instead of ending the job (preflight: warn) until you have "
+        "checked this file and set it to required.",
+    ]  # fmt: skip
+    return replace(plan, models=models, node_map=entries, header=header, not_probed=not_probed)
+
+
+def probe_nodes(
+    client: SlurmClient, facts: ClusterFacts, plan: SitePlan, options: ProbeJobs
+) -> tuple[SitePlan, list[ProbeOutcome]]:
+    """One tiny job per node configuration (per node with ``options.each_node``) runs
+    ``clusterjob site probe`` there; the plan with their bus IDs, and each job's outcome."""
+    configs = node_configurations(
+        facts.nodes, gpu_layouts(facts.nodes), each_node=options.each_node
+    )
+    outcomes = run_probe_jobs(
+        client,
+        configs,
+        facts.nodes,
+        syntax=plan.syntax,
+        partitions=[(p.name, p.default) for p in plan.partitions],
+        site_text=render(plan),
+        options=options,
+    )
+    return apply_probes(plan, outcomes), outcomes
