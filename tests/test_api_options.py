@@ -74,7 +74,12 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
     "sweep": ({"sweep": ["lr=1,2"]}, "1) task_args=(--lr=2) ;;"),
     "params": ({"params": "{dir}/params.txt"}, "1) task_args=(--a 2) ;;"),
     "snapshot": ({"snapshot": True}, "export CLUSTERJOB_SNAPSHOT={dir}/data/snapshots/"),
+    "retry_bad_node": (
+        {"gpus": 1, "model": "V100", "retry_bad_node": 2}, "# --retry-bad-node 2: then "
+    ),
 }  # fmt: skip
+# Options whose doing is a line left out: each has its own test below.
+NOT_IN_SCRIPT = {"avoid"}
 
 
 def command_options(name: str) -> list[str]:
@@ -128,11 +133,11 @@ def answer(x: int = 1) -> int:
 
 
 def test_every_submit_option_has_a_case() -> None:
-    assert sorted(CASES) == submit_options()
+    assert sorted([*CASES, *NOT_IN_SCRIPT]) == submit_options()
 
 
 @pytest.mark.parametrize("kind", ["command", "function"])
-@pytest.mark.parametrize("name", submit_options())
+@pytest.mark.parametrize("name", sorted(set(submit_options()) - NOT_IN_SCRIPT))
 def test_an_option_of_options_reaches_the_job_script(here: Path, name: str, kind: str) -> None:
     slurm = FakeSlurm("sandbox")
     words = {"dir": here, "job": slurm.add_job(state="RUNNING", reason="None")}
@@ -222,3 +227,29 @@ def test_an_option_of_options_reaches_the_shell(here: Path, name: str) -> None:
     assert option in str(cluster.options(**given, sweep=["a=1,2"]).shell(dry_run=True))
     with pytest.raises(UsageError, match=r"^unknown shell option 'sweep' .*: gpus, model, "):
         cluster.shell(dry_run=True, sweep=["a=1,2"])
+
+
+@pytest.mark.parametrize("kind", ["command", "function"])
+def test_the_avoid_list_joins_exclude_unless_avoid_is_false(here: Path, kind: str) -> None:
+    """A node on the avoid list (jobs/badnodes.py) is excluded, after the user's own -x;
+    ``avoid=False`` (``--no-avoid``) leaves it out, and a node the user pins is never added."""
+    cluster = the_cluster(here, FakeSlurm("sandbox"))
+    cluster.avoid_list().add([("gpu2", "preflight failed: gpu-model: wrong")], cluster="sandbox",
+                             job_id="7")  # fmt: skip
+    for options, line in (
+        ({}, "#SBATCH --exclude=gpu2\n"),
+        ({"exclude": "gpu3"}, "#SBATCH --exclude=gpu3,gpu2\n"),
+        ({"avoid": False}, None),
+        ({"nodelist": "gpu2"}, None),
+    ):
+        view = cluster.options(**options)
+        job = view.submit(["nvidia-smi"]) if kind == "command" else view.submit_function(answer)
+        record = cluster.registry().get(job.id.split("_")[0])
+        assert record is not None
+        excludes = [x for x in record.script.splitlines() if x.startswith("#SBATCH --exclude")]
+        assert excludes == ([line.strip()] if line else [] if "exclude" not in options else []), (
+            options,
+            record.script,
+        )
+    note = cluster.prepare(["nvidia-smi"]).notes[-1]
+    assert note.startswith("avoiding gpu2 (preflight failed 0s ago: gpu-model: wrong, job 7)")

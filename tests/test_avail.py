@@ -221,6 +221,7 @@ def test_availability_with_an_estimate(sandbox_site: Site, data: Path) -> None:
         "estimate": {"start": "2026-11-29T16:18:15", "start_text": "2026-11-29T16:18:15",
                      "nodes": "gpu1", "partition": "gpu", "processors": 1},
         "request": "2 x A100",
+        "avoided": (),
     }  # fmt: skip
     [node_query, test_only] = slurm.calls
     assert node_query == ["scontrol", "show", "node", "-o", "-d"]

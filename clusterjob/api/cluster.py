@@ -32,6 +32,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -50,6 +51,7 @@ from clusterjob.slurm.runner import LocalTransport, Runner, SlurmResult, SshTran
 
 if TYPE_CHECKING:
     from clusterjob.api.remote import HostProfile
+    from clusterjob.jobs.badnodes import AvoidList
     from clusterjob.jobs.registry import JobRecord, Registry
     from clusterjob.jobs.status import JobStatus, StatusCache
     from clusterjob.jobs.submit import Submitted, TestOnlyResult
@@ -82,7 +84,7 @@ JOB_OPTIONS: dict[str, object] = {
     "launcher": None, "launcher_args": (), "setup": (), "modules": (), "env": (),
     "container_image": None, "container_mounts": None, "apptainer": None, "python": None,
     "venv": None, "conda": None, "sweep": (), "params": None, "gres": (), "project": None,
-    "max_requeues": None, "snapshot": None,
+    "max_requeues": None, "snapshot": None, "retry_bad_node": 0, "avoid": True,
 }  # fmt: skip
 
 # The keywords of shell(), as `clusterjob shell` options (a subset of JOB_OPTIONS).
@@ -114,10 +116,11 @@ class Prepared:
 
     resolved: ResolvedJob
     rendered: RenderedJob
+    avoiding: str | None = None  # "avoiding gpu3 (preflight failed 2h ago: ...)", if any
 
     @property
     def notes(self) -> tuple[str, ...]:
-        return self.resolved.notes
+        return self.resolved.notes + ((self.avoiding,) if self.avoiding else ())
 
     @property
     def script(self) -> str:
@@ -362,6 +365,7 @@ class Cluster:
             conda=o["conda"],
             token=token,
             snapshot=snapshot,
+            retry_bad_node=o["retry_bad_node"],
         )
         if request.dependency and "last" in request.dependency:
             from clusterjob.jobs.submit import expand_dependency
@@ -370,6 +374,9 @@ class Cluster:
                 request, dependency=expand_dependency(request.dependency, self.registry())
             )
         site = self.site
+        avoiding = None
+        if o["avoid"] and not self.debug:
+            request, avoiding = self._avoided(site, request)
         if submit_python is not None:
             found = submit_python()
             request = replace(request, submit_python=found.python, active_env=found.active_env)
@@ -381,7 +388,29 @@ class Cluster:
             resolved = resolve(site, request)
         if resolved.runs_python and resolved.interpreter is None:
             raise UsageError("no python3 or python on PATH to run the job with: give --python PATH")
-        return Prepared(resolved, render(site, resolved))
+        return Prepared(resolved, render(site, resolved), avoiding)
+
+    def avoid_list(self) -> AvoidList:
+        """The nodes this user's jobs on this cluster stay off (``jobs/badnodes.py``)."""
+        from clusterjob.jobs.badnodes import AvoidList
+
+        return AvoidList(host=self.host)
+
+    def _avoided(self, site: Site, request: JobRequest) -> tuple[JobRequest, str | None]:
+        """``request`` with the avoid list's nodes of this cluster added to ``--exclude``, and
+        the line that says so (None when none was added). Nothing is asked of Slurm."""
+        from clusterjob.jobs.badnodes import merged_exclude
+
+        now = time.time()
+        listed = self.avoid_list().entries(site.cluster_name, now)
+        if not listed:
+            return request, None
+        exclude, added = merged_exclude(request.exclude, [e.node for e in listed], request.nodelist)
+        if not added:
+            return request, None
+        told = "; ".join(e.line(now) for e in listed if e.node in added)
+        line = f"avoiding {told}; `clusterjob nodes --clear` forgets, --no-avoid ignores"
+        return replace(request, exclude=exclude), line
 
     def _job_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """Every job option of one submission: ``options`` over this view's ``options(...)``
@@ -882,7 +911,100 @@ class Cluster:
             registry=registry,
             cache=self.cache(),
             ending=self._ending(markers) if markers else None,
+            follow=lambda row: self.bad_node_follow(row, registry),
         )
+
+    def bad_node_follow(
+        self, row: JobStatus, registry: Registry | None = None
+    ) -> tuple[str | None, str | None]:
+        """What an ended job says of its nodes (``jobs/badnodes.py``): its bad nodes recorded
+        in the avoid list and, for a job of ``--retry-bad-node N`` with retries left that did
+        not complete, the job submitted again without them. (The new job's id or None, the
+        line that says what was done or None.) The retry's token is derived from the job's,
+        so two waiters, or a retry whose sbatch timed out, make one job: the registry and
+        squeue are asked for it before anything is submitted."""
+        from clusterjob.jobs import badnodes
+        from clusterjob.slurm.syntax import split_array_id
+
+        registry = registry or self.registry()
+        base, task = split_array_id(row.job_id)
+        record = registry.get(base)
+        if record is None or task is not None or row.tasks_summary:
+            return None, None  # not ours, or an array: its tasks end each their own way
+        log = self._log_for_findings(row, record)
+        found = badnodes.findings(row.state, row.exit_code, row.nodes, row.hardware, log)
+        if not found:
+            return None, None
+        cluster = row.cluster or record.cluster
+        self.avoid_list().add(found, cluster=cluster, job_id=row.job_id)
+        what = "; ".join(f"{node}: {finding}" for node, finding in found)
+        said = f"{row.job_id}: {what}; your submissions avoid it for {badnodes.DEFAULT_HOURS:g}h"
+        retries = _retries_left(record)
+        if row.state == "COMPLETED" or retries <= 0:
+            return None, said
+        with _RETRYING:  # one thread of this process at a time; other processes: the token
+            return self._retry_once(row, record, found, said, retries, registry)
+
+    def _retry_once(
+        self,
+        row: JobStatus,
+        record: JobRecord,
+        found: list[tuple[str, str]],
+        said: str,
+        retries: int,
+        registry: Registry,
+    ) -> tuple[str | None, str | None]:
+        from clusterjob.errors import RegistryError
+        from clusterjob.jobs import badnodes
+
+        cluster = row.cluster or record.cluster
+        token = badnodes.retry_token(record.token)
+        again = registry.by_token(token)  # submitted by another waiter here
+        if again is not None:
+            return again.job_id, f"{said}; its retry is job {again.job_id}"
+        queued = self.client().find_jobs_by_comment(token)  # or elsewhere, or its record lost
+        if queued:
+            return queued[0].job_id, f"{said}; its retry is job {queued[0].job_id}"
+        nodes = [n for n, _ in found]
+        avoided = [e.node for e in self.avoid_list().entries(cluster)]
+        try:
+            submitted = self.resubmit_avoiding(row.job_id, [*nodes, *avoided], token)
+        except UsageError as exc:  # e.g. the node is the one its --nodelist names
+            return None, f"{said}; not submitted again: {exc}"
+        except RegistryError:  # another waiter recorded the same retry a moment ago
+            other = _recorded_id(registry, token)
+            if other is None:
+                raise
+            return other, f"{said}; its retry is job {other}"
+        left = retries - 1
+        return submitted.job_id, (
+            f"{said}; submitted again as job {submitted.job_id} without "
+            f"{', '.join(dict.fromkeys(nodes))} (--retry-bad-node: {left} more left)"
+        )
+
+    def resubmit_avoiding(self, job: str, nodes: Sequence[str], token: str) -> Submitted:
+        """``job`` again, its script as it was, with ``nodes`` excluded and one
+        ``--retry-bad-node`` spent (``jobs.submit.resubmit_elsewhere``)."""
+        from clusterjob.jobs.submit import resubmit_elsewhere
+
+        return resubmit_elsewhere(job, nodes, token, client=self.client(), registry=self.registry())
+
+    def _log_for_findings(self, row: JobStatus, record: JobRecord) -> str | None:
+        """The job's output, where its preflight's verdict may be: a job that exited
+        ``PREFLIGHT_EXIT``, or one of a ``preflight: warn`` site (which went on). Other jobs'
+        logs are not read."""
+        from clusterjob.jobscript.requeues import PREFLIGHT_EXIT
+
+        warned = "this site's preflight is warn" in record.script
+        if row.exit_code != PREFLIGHT_EXIT and not warned:
+            return None
+        texts: list[str] = []
+        for stderr in (False, True):
+            with contextlib.suppress(ClusterjobError, OSError):
+                text = self.read_log(self.output_path(row.job_id, stderr=stderr))
+                if text and text not in texts:
+                    texts.append(text)
+        return "\n".join(texts) or None
 
     def _function_tasks(
         self, jobs: Sequence[str], registry: Registry
@@ -956,11 +1078,14 @@ class Cluster:
         ``ID_TASK``: that task of an array alone; ``failed``: an array's tasks that did not
         complete, as one new array. Over ssh the job runs from its recorded directory there
         (nothing is synced) with its Python chosen on the cluster."""
-        from clusterjob.jobs.submit import Changes, resubmit
+        from clusterjob.jobs.submit import Changes, resubmit, tracked
 
         if self.debug:
             raise UsageError("Cluster(debug=True) sends nothing to Slurm: it resubmits nothing")
         assert changes is None or isinstance(changes, Changes)
+        # a job clusterjob never submitted is refused before the site is read (with no site
+        # file, reading it describes the live cluster first)
+        tracked(self.registry(), job, self.client())
         return resubmit(
             job,
             site=None if same_script else self.site,
@@ -1096,6 +1221,35 @@ def _name(fn: Callable[..., Any]) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "function"
 
 
+_RETRYING = threading.Lock()  # a --retry-bad-node retry is looked for and sent by one thread
+
+
+def _recorded_id(registry: Registry, token: str, within: float = 120.0) -> str | None:
+    """The job id of the submission recorded with ``token``, waiting up to ``within``
+    seconds while its sbatch (another waiter's) has not answered yet; None: no such one."""
+    end = time.monotonic() + within
+    while True:
+        record = registry.by_token(token)
+        if record is not None:
+            return record.job_id
+        waiting = any(p.token == token for p in registry.pending())
+        if not waiting or time.monotonic() >= end:
+            return None
+        time.sleep(0.2)
+
+
+def _retries_left(record: JobRecord) -> int:
+    """The ``--retry-bad-node`` retries a recorded job has left (0 for an older record)."""
+    import json
+
+    try:
+        data = json.loads(record.request or "{}")
+    except ValueError:
+        return 0
+    value = data.get("retry_bad_node") if isinstance(data, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _check_option_names(options: Mapping[str, object]) -> None:
     unknown = sorted(set(options) - set(JOB_OPTIONS))
     if unknown:
@@ -1137,6 +1291,8 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
         self.jobdir = jobdir  # a function job's directory (input, worker, results, logs)
         self.task = task
         self.last_status: JobStatus | None = None
+        self.retries: list[str] = []  # what --retry-bad-node did (bad_node_follow's lines)
+        self._followed: set[str] = set()
         self._completed_without_result: float | None = None
         self._ended_without_code: float | None = None
         self._added = time.monotonic()
@@ -1299,6 +1455,8 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
             if now - self._ended_without_code < EXIT_CODE_GRACE:
                 return
         if not self.is_function:
+            if self._followed_to_retry(row):
+                return
             if row.state == "COMPLETED":
                 self._set(result=row)
             else:
@@ -1310,6 +1468,26 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
                 self._completed_without_result = first or now
                 return  # a shared file system may show the result a moment later
         self._set(exception=self._no_result(row))
+
+    def _followed_to_retry(self, row: JobStatus) -> bool:
+        """A command job's end read for bad nodes once (``Cluster.bad_node_follow``); with
+        ``retry_bad_node`` left, this Job becomes the retry submitted without the node (its
+        id changes; ``retries`` says what was done) and waits on. True then."""
+        if row.job_id in self._followed:
+            return False
+        self._followed.add(row.job_id)
+        try:
+            new_id, note = self.cluster.bad_node_follow(row)
+        except ClusterjobError as exc:
+            self.retries.append(f"{row.job_id}: not submitted again: {exc}")
+            return False
+        if note:
+            self.retries.append(note)
+        if new_id is None:
+            return False
+        self.id = new_id
+        self._ended_without_code = None
+        return True
 
     def _set(
         self, *, result: Any = None, exception: BaseException | None = None, by: str = "slurm"
@@ -1473,6 +1651,17 @@ def _failed(job_id: str, row: JobStatus) -> JobFailed:
     return JobFailed(f"job {job_id} ended {row.state}{code}{why}", row.state, row.exit_code)
 
 
+_POLLERS: weakref.WeakSet[_Poller] = weakref.WeakSet()
+
+
+def stop_polling() -> None:
+    """End every cluster's polling thread (its futures are left as they are). For a program
+    that is done waiting, and for tests: a thread left polling one test's jobs would ask the
+    next test's Slurm about them."""
+    for poller in list(_POLLERS):
+        poller.stop()
+
+
 class _Poller:
     """One thread per cluster that settles its unfinished jobs. A function job's result file
     (its marker) is looked for often, one directory listing per job directory here, or one
@@ -1489,6 +1678,15 @@ class _Poller:
         self._thread: threading.Thread | None = None
         self.refreshes = 0
         self.last_error: ClusterjobError | None = None
+        self._stopped = False
+        _POLLERS.add(self)
+
+    def stop(self) -> None:
+        """End the thread; its jobs stay unsettled (``stop_polling``)."""
+        with self._lock:
+            self._stopped = True
+            self._jobs = []
+        self._wake.set()
 
     def add(self, job: Job) -> None:
         with self._lock:
@@ -1514,7 +1712,7 @@ class _Poller:
 
         markers_due = 0.0
         woken = False
-        while True:
+        while not self._stopped:
             jobs = self.pending()
             if not jobs:
                 with self._lock:

@@ -47,7 +47,7 @@ def _print_version(value: bool) -> None:
 # Commands that work on a remote cluster with --host; the others run on this machine (the
 # node-side hooks and checks, the site and sandbox tools, workstation runs).
 REMOTE_COMMANDS = frozenset(
-    {"submit", "status", "logs", "cancel", "wait", "show", "resubmit", "shell"}
+    {"submit", "status", "logs", "cancel", "wait", "show", "resubmit", "shell", "nodes"}
 )
 
 
@@ -251,6 +251,7 @@ COMMAND_MODULES = {
     "wait": "jobs",
     "show": "jobs",
     "avail": "avail",
+    "nodes": "avail",
     "shell": "interactive",
     "run": "workstation",
     "preflight": "node",

@@ -91,6 +91,23 @@ def submit(
     exclude: Annotated[
         str | None, typer.Option("--exclude", "-x", help="Nodes not to use, e.g. gpu[01-03].")
     ] = None,
+    avoid: Annotated[
+        bool,
+        typer.Option(
+            "--avoid/--no-avoid",
+            help="Add the nodes of your avoid list (`clusterjob nodes`: a failed preflight, "
+            "node failure or GPU fault there, within 24h) to --exclude.",
+        ),
+    ] = True,
+    retry_bad_node: Annotated[
+        int,
+        typer.Option(
+            "--retry-bad-node",
+            help="When the job fails its preflight, its node fails or its GPU faults, submit "
+            "it again without that node, at most N times (done by `clusterjob wait`).",
+            metavar="N",
+        ),
+    ] = 0,
     nodelist: Annotated[
         str | None, typer.Option("--nodelist", "-w", help="Nodes the job must use.")
     ] = None,
@@ -262,6 +279,8 @@ def submit(
         requeue=requeue,
         max_requeues=max_requeues,
         exclude=exclude,
+        avoid=avoid,
+        retry_bad_node=retry_bad_node,
         nodelist=nodelist,
         mail_type=mail_type,
         mail_user=mail_user,

@@ -9,7 +9,7 @@ are left out and named, since their GPUs cannot be had. The start estimate is Sl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from clusterjob.errors import UsageError, printable
@@ -62,6 +62,8 @@ class Availability:
     unknown_use: tuple[str, ...] = ()  # nodes whose GPUs in use Slurm did not report
     estimate: StartEstimate | None = None
     request: str | None = None  # the request estimated, e.g. "2 x A100"
+    # your avoid list's nodes (jobs/badnodes.py): "gpu3 (preflight failed 2h ago: ..., job 7)"
+    avoided: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -201,8 +203,11 @@ def availability(
     gpus: int | None = None,
     partition: str | None = None,
     client: SlurmClient | None = None,
+    avoided: Sequence[str] = (),
 ) -> Availability:
-    """Free GPUs now; with ``gpus``, also Slurm's earliest start for such a job."""
+    """Free GPUs now; with ``gpus``, also Slurm's earliest start for such a job.
+    ``avoided``: the avoid list's nodes, as said (their GPUs are counted: others may use
+    them; your submissions exclude them)."""
     client = client or SlurmClient()
     if partition is not None and site.partition(partition) is None:
         known = ", ".join(p.name for p in site.partitions)
@@ -210,6 +215,7 @@ def availability(
             f"unknown partition {partition!r} at site {site.name}; partitions: {known}"
         )
     result = summarise(site, client.nodes(), model=model, partition=partition)
+    result = replace(result, avoided=tuple(avoided))
     if gpus is None:
         return result
     if gpus < 1:
@@ -217,9 +223,7 @@ def availability(
     estimate = estimate_start(site, gpus=gpus, model=model, partition=partition, client=client)
     found = site.model(model) if model else None
     what = f"{gpus} x {found.name if found else 'GPU'}"
-    return Availability(
-        result.site, result.rows, result.skipped, result.unknown_use, estimate, what
-    )
+    return replace(result, estimate=estimate, request=what)
 
 
 def format_availability(avail: Availability) -> list[str]:
@@ -242,6 +246,8 @@ def format_availability(avail: Availability) -> list[str]:
         lines.append(
             f"not counted: Slurm did not report GPUs in use on {', '.join(avail.unknown_use)}"
         )
+    for line in avail.avoided:
+        lines.append(f"avoided by your submissions: {line} (`clusterjob nodes`)")
     if avail.estimate is not None:
         e = avail.estimate
         when = e.start.strftime("%Y-%m-%d %H:%M:%S") if e.start else f"never ({e.start_text})"

@@ -619,6 +619,45 @@ def _spec_task_ids(spec: str) -> list[int]:
 
 
 _ARRAY_DIRECTIVE = re.compile(r"^#SBATCH\s+(?:--array[= ]|-a\s*)\S+$", re.MULTILINE)
+_EXCLUDE_DIRECTIVE = re.compile(r"^#SBATCH\s+(?:--exclude[= ]|-x\s*)\S+$", re.MULTILINE)
+_RETRY_COMMENT = re.compile(r"^# --retry-bad-node [0-9]+: .*\n", re.MULTILINE)
+
+
+def resubmit_elsewhere(
+    job: str,
+    avoid: Sequence[str],
+    token: str,
+    *,
+    client: SlurmClient | None = None,
+    registry: Registry | None = None,
+) -> Submitted:
+    """A ``--retry-bad-node`` retry: the recorded job's script replayed (as ``--same-script``:
+    the same site file, Python and code) with ``avoid`` added to its ``--exclude`` and one
+    retry spent, under ``token`` (derived from the job's: ``badnodes.retry_token``)."""
+    from clusterjob.jobs.badnodes import merged_exclude
+    from clusterjob.jobscript.shell import sbatch_value
+
+    client = client or SlurmClient()
+    registry = registry or Registry(host=client.runner.transport.label)
+    record = _tracked(registry, registry.resolve_id(job), client)
+    request = recorded_request(record)
+    exclude, added = merged_exclude(request.exclude, avoid, request.nodelist)
+    if not added:
+        raise UsageError(f"job {record.job_id}: no node left to exclude (--nodelist names it)")
+    line = f"#SBATCH --exclude={sbatch_value(str(exclude))}"
+    script, found = _EXCLUDE_DIRECTIVE.subn(line, record.script, 1)
+    if not found:  # before the comment line every job script has (submit checks it)
+        comment = f"#SBATCH --comment={COMMENT_PREFIX}{record.token}"
+        script = script.replace(comment, f"{line}\n{comment}", 1)
+    left = max(0, request.retry_bad_node - 1)
+    script = _RETRY_COMMENT.sub(
+        lambda m: m[0].replace(f" {request.retry_bad_node}:", f" {left}:", 1) if left else "",
+        script,
+    )
+    data = {**asdict(replace(request, exclude=exclude, retry_bad_node=left)),
+            "request_format": REQUEST_FORMAT}  # fmt: skip
+    again = replace(record, script=script, request=json.dumps(data))
+    return _replay(again, client, registry, resubmit_of=record.job_id, token=token)
 
 
 def _replay(
@@ -628,9 +667,11 @@ def _replay(
     *,
     array: str | None = None,
     resubmit_of: str | None = None,
+    token: str | None = None,
 ) -> Submitted:
-    """The recorded script again, byte for byte but for its token (``--same-script``), and
-    its ``#SBATCH --array`` line when ``array`` says which tasks to run again.
+    """The recorded script again, byte for byte but for its token (``--same-script``; given,
+    or a new one), and its ``#SBATCH --array`` line when ``array`` says which tasks to run
+    again.
 
     The script gets a fresh token (its ``--comment``), so the new submission is told apart
     from the old job when a timed-out sbatch is looked up.
@@ -638,7 +679,7 @@ def _replay(
     from clusterjob.jobscript.request import new_token
     from clusterjob.jobscript.shell import sbatch_value
 
-    token = new_token()
+    token = token or new_token()
     old = f"{COMMENT_PREFIX}{record.token}"
     if old not in record.script:
         raise UsageError(f"job {record.job_id}: its recorded script has no {old} comment")
@@ -710,7 +751,17 @@ def provenance(
         **_interpreter_of(record),
         **_requeues_of(record),
         "hardware": _hardware_of(record, registry),
+        "gpu_usage": _usage_of(record),
     }
+
+
+def _usage_of(record: JobRecord) -> list[dict[str, object]]:
+    """How busy the job's GPUs were, as its in-job sampler recorded it (jobs.usage)."""
+    from dataclasses import asdict
+
+    from clusterjob.jobs.usage import read_usage
+
+    return [asdict(u) for u in read_usage(record.token)]
 
 
 def _hardware_of(record: JobRecord, registry: Registry) -> str | None:
@@ -744,6 +795,13 @@ def _interpreter_of(record: JobRecord) -> dict[str, object]:
         data = {}
     python = data.get("python") or (f"conda env {data['conda']}" if data.get("conda") else None)
     return {"python": python, "python_why": data.get("python_why")}
+
+
+def tracked(registry: Registry, job: str, client: SlurmClient | None = None) -> JobRecord:
+    """The record of ``job`` (an id, ``ID_TASK`` or ``last``); refused in one line when
+    clusterjob did not submit it."""
+    base = job if job.startswith("last") else job.split("_", 1)[0]
+    return _tracked(registry, registry.resolve_id(base), client)
 
 
 def _tracked(registry: Registry, job: str, client: SlurmClient | None = None) -> JobRecord:

@@ -32,6 +32,8 @@ ENDING_FIRST = 0.25
 class WaitResult:
     rows: list[JobStatus]
     timed_out: bool
+    # what happened on the way: a bad node recorded, a job submitted again without it
+    notes: tuple[str, ...] = ()
 
     @property
     def stuck(self) -> list[JobStatus]:
@@ -59,10 +61,11 @@ class WaitResult:
         return 0
 
     def __str__(self) -> str:
+        notes = [*self.notes]
         if self.timed_out:
             going = [f"{r.job_id} {r.state}" for r in self.rows if not ended(r)]
-            return f"timed out; still going: {', '.join(going)}"
-        return "\n".join(_line(r) for r in self.rows)
+            return "\n".join([*notes, f"timed out; still going: {', '.join(going)}"])
+        return "\n".join(notes + [_line(r) for r in self.rows])
 
 
 def _line(row: JobStatus) -> str:
@@ -109,6 +112,7 @@ def wait(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     ending: Callable[[Sequence[str], float], Collection[str]] | None = None,
+    follow: Callable[[JobStatus], tuple[str | None, str | None]] | None = None,
 ) -> WaitResult:
     """Poll ``status(jobs)`` every ``interval`` seconds until every job has ended (an array:
     every task) or will never start, or ``timeout`` seconds have passed.
@@ -116,7 +120,10 @@ def wait(
     ``ending(ids, within)``: which of ``ids`` (jobs not ended yet) announced their end by a
     marker of their own (a function job's result file), waiting up to ``within`` seconds
     for one instead of sleeping. Slurm is then asked about them soon, past the status cache
-    (its answer predates the marker), instead of after ``interval``."""
+    (its answer predates the marker), instead of after ``interval``.
+
+    ``follow(row)``, once for each job that ended: (the id of a job submitted in its place,
+    then waited for instead, or None; a line to say, or None): ``--retry-bad-node``."""
     if not jobs:
         raise UsageError("name at least one job to wait for (or `last`)")
     if interval <= 0 or (timeout is not None and timeout < 0):
@@ -137,14 +144,30 @@ def wait(
     shared = cache or cache_for(client)
     announced: dict[str, float] = {}  # job id -> when its marker was first seen
     fresh = False
+    asked_ids = list(jobs)
+    followed: set[str] = set()
+    notes: list[str] = []
     while True:
         asked = StatusCache(shared.path, ttl=0) if fresh else shared
-        rows = status(jobs, client=client, registry=registry, cache=asked)
+        rows = status(asked_ids, client=client, registry=registry, cache=asked)
         now = clock()
+        if follow is not None:
+            instead: dict[str, str] = {}
+            for row in rows:
+                if settled(row, now) and row.job_id not in followed:
+                    followed.add(row.job_id)
+                    new_id, note = follow(row)
+                    notes += [note] if note else []
+                    if new_id is not None:
+                        instead[row.job_id] = new_id
+            if instead:  # the new jobs are waited for in their place, from now
+                asked_ids = [instead.get(r.job_id, r.job_id) for r in rows]
+                fresh = False
+                continue
         if all([settled(r, now) or never_starts(r) for r in rows]):
-            return WaitResult(rows, timed_out=False)
+            return WaitResult(rows, timed_out=False, notes=tuple(notes))
         if deadline is not None and clock() >= deadline:
-            return WaitResult(rows, timed_out=True)
+            return WaitResult(rows, timed_out=True, notes=tuple(notes))
         pause = interval if deadline is None else max(0.0, min(interval, deadline - clock()))
         unsettled = [r for r in rows if not settled(r, now) and not never_starts(r)]
         if ending is not None:  # shown ended, its exit code not yet: asked again soon too

@@ -26,7 +26,7 @@ from clusterjob import resources
 from clusterjob.errors import ClusterjobError, ConfigError, ConfigIssue, printable
 from clusterjob.jobscript.interpreter import Interpreter
 from clusterjob.jobscript.request import ResolvedJob
-from clusterjob.jobscript.requeues import LIMIT_EXIT
+from clusterjob.jobscript.requeues import LIMIT_EXIT, PREFLIGHT_EXIT
 from clusterjob.jobscript.shell import (
     check_no_nul,
     sbatch_option,
@@ -240,6 +240,7 @@ def render(
         "site": template_value(site),
         "token": str(resolved.token),
         "requeue_limit_exit": LIMIT_EXIT,  # an attempt past --max-requeues (jobscript.requeues)
+        "preflight_exit": PREFLIGHT_EXIT,  # a required preflight that failed (jobs/badnodes.py)
         "python": str(python or chosen.python or ("" if chosen.conda else sys.executable)),
         "interpreter": {
             "why": "given to render" if python else chosen.why,

@@ -97,6 +97,9 @@ class JobRequest:
     # --snapshot: the copy of the job's code taken at submit (absolute, or relative to the
     # job's directory); the program file and PYTHONPATH point there (jobs/snapshot.py)
     snapshot: str | None = None
+    # --retry-bad-node N: the side that waits for the job submits it again without a node its
+    # preflight, a node failure or a GPU fault named, at most N times (jobs/badnodes.py)
+    retry_bad_node: int = 0
 
 
 @dataclass(frozen=True)
@@ -816,6 +819,7 @@ def resolve(
     """
     request = _whole_node_gpus(site, _partition_of_qos(site, request))
     _check_text_fields(request)
+    _check_retry_bad_node(request)
     _check_node_names(site, request)
     request, notes = _array_and_signal(request)
     model: GpuModel | None = None
@@ -957,6 +961,19 @@ def resolve(
         preflight=partition.preflight or site.preflight,
         max_requeues=_max_requeues(request, defaults),
     )
+
+
+def _check_retry_bad_node(request: JobRequest) -> None:
+    """--retry-bad-node: a whole number, 0 or more; one job at a time (an array's tasks end
+    on many nodes, each its own way: `resubmit --failed` runs those again)."""
+    value = request.retry_bad_node
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"--retry-bad-node {value!r}: give a whole number of retries, 0 or more")
+    if value and (request.array is not None or request.task_args):
+        raise UsageError(
+            "--retry-bad-node works on one job, not an array or a sweep: "
+            "`clusterjob resubmit --failed ID` runs the tasks that failed again"
+        )
 
 
 def _max_requeues(request: JobRequest, defaults: JobDefaults) -> int:

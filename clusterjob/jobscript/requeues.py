@@ -20,6 +20,9 @@ DEFAULT_MAX_REQUEUES = 3  # as submitit's max_num_timeout
 # What an attempt past its limit exits with: no sysexits meaning, not bash's own (1, 2, 126+),
 # so that it is told apart from the program's failures.
 LIMIT_EXIT = 79
+# What a job script exits with when its required preflight failed on a node: EX_CONFIG of
+# sysexits, again neither bash's own nor the program's usual codes (jobs/badnodes.py reads it).
+PREFLIGHT_EXIT = 78
 
 _RECORDED = re.compile(rf"^export {MAX_REQUEUES}=([0-9]+)$", re.MULTILINE)
 

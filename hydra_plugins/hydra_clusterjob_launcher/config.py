@@ -7,7 +7,9 @@ an option this config lacks, and checks that each field reaches the rendered job
 
 Left out, each for a reason: ``array`` (the launcher makes the array: one task per sweep
 point; ``array_parallelism`` is its ``%N``), ``sweep`` and ``params`` (the points are
-Hydra's sweeper's).
+Hydra's sweeper's), ``retry_bad_node`` (one job's, not an array's) and ``avoid`` (the
+user's avoid list of bad nodes always applies, as at ``clusterjob submit`` without
+``--no-avoid``).
 """
 
 # No `from __future__ import annotations` here: Hydra's plugin scan runs this module before
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 
 # The submit options this config does not carry (see the module's docstring).
-NOT_LAUNCHER_OPTIONS = ("array", "sweep", "params")
+NOT_LAUNCHER_OPTIONS = ("array", "sweep", "params", "retry_bad_node", "avoid")
 
 
 @dataclass
