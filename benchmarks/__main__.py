@@ -23,6 +23,7 @@ from benchmarks import (
     site_init,
     slurm_load,
     submission,
+    usage,
 )
 from benchmarks.common import Result, Row, as_installed, machine_line
 
@@ -34,6 +35,7 @@ BENCHMARKS = {
     "site_init": site_init.run,
     "submission": submission.run,
     "result_latency": result_latency.run,
+    "usage": usage.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results" / "results.md"
 HISTORY = Path(__file__).parent / "history.md"

@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # this process is the hook slurmd started: end it here
             _end_hook_process(code)
         return code
+    if args[:1] == ["sample-usage"]:  # started in every GPU job: no Typer either
+        from clusterjob.node.usage import sample_usage_main
+
+        return sample_usage_main(args[1:])
     if args[:1] == ["submit"]:  # python3 on PATH may be a shim that runs a process to name its
         # interpreter: start it now, while Typer and the command load (see submit_python.py)
         import os

@@ -45,6 +45,7 @@ TOKEN = "CLUSTERJOB_TOKEN"
 MAX_REQUEUES = "CLUSTERJOB_MAX_REQUEUES"
 SNAPSHOT = "CLUSTERJOB_SNAPSHOT"
 GPU_BUS_IDS = "CLUSTERJOB_GPU_BUS_IDS"
+USAGE_INTERVAL = "CLUSTERJOB_USAGE_INTERVAL"
 NVML_SCENARIO = "FAKE_NVML_SCENARIO"
 
 ENV_VARS: tuple[EnvVar, ...] = (
@@ -171,6 +172,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "The copy of the job's code taken at submit (`--snapshot`): the program starts from "
         "it and it comes first on `PYTHONPATH` (a function job's `sys.path`).",
         "the job script, from `submit --snapshot`",
+    ),
+    EnvVar(
+        USAGE_INTERVAL,
+        "the job's GPU usage sampler (`clusterjob sample-usage`)",
+        "30",
+        "Seconds between two samples of the job's GPUs' utilisation, memory and power, which "
+        "`status` and `show` report; `0` turns the sampler off. Set it at submit (the job "
+        "inherits it) or in the site's `job.setup`.",
     ),
     EnvVar(
         GPU_BUS_IDS,

@@ -210,7 +210,33 @@ def commands_page() -> str:
             out += _command_section(path, cmd)
     for command in hook_commands():
         out += _hook_section(command)
+    out += _sample_usage_section()
     return "\n".join(out)
+
+
+def _sample_usage_section() -> list[str]:
+    """The job's GPU usage sampler: started by the job script, not typed by anyone."""
+    from clusterjob.jobs.usage import IDLE_MIN_SAMPLES, IDLE_PERCENT
+
+    return [
+        "## clusterjob sample-usage {#sample-usage}",
+        "",
+        "Started in the background by the job script of every GPU job (an `srun --overlap` "
+        "step on each node of a multi-node job): reads the job's GPUs' utilisation, memory "
+        "used and power through NVML every `CLUSTERJOB_USAGE_INTERVAL` seconds (default 30; "
+        "`0`: off) into the data dir's `usage/TOKEN/NODE.json` (running means and peaks, at "
+        "most 60 points per GPU), until the job ends; always exits 0. `status` flags a GPU "
+        f"whose mean utilisation stayed under {IDLE_PERCENT:g}% over at least "
+        f"{IDLE_MIN_SAMPLES} samples as idle; `show` prints each GPU's figures and sparkline.",
+        "",
+        "```text",
+        "clusterjob sample-usage [PID]",
+        "```",
+        "",
+        "PID: the process whose end ends the sampler (the batch shell, which `exec` makes the "
+        "program); default: the sampler's parent.",
+        "",
+    ]
 
 
 # --- environment variables --------------------------------------------------------------------
@@ -263,6 +289,7 @@ EXIT_MEANINGS = {
 
 def exit_codes_page() -> str:
     from clusterjob import errors
+    from clusterjob.jobscript import requeues
 
     by_code: dict[errors.ExitCode, list[str]] = {}
     for cls, code in errors._EXIT_CODES:
@@ -280,7 +307,11 @@ def exit_codes_page() -> str:
         "Every error is one line on stderr (`clusterjob: error: ...`; a site config's "
         "problems one line each, `file:line: key.path: message`); no command prints a "
         "traceback unless given `--debug`. `wait` exits with the job's own exit code, 124 "
-        "on `--timeout` and 125 for a job that will never start; `run` with its command's.",
+        "on `--timeout` and 125 for a job that will never start; `run` with its command's. "
+        f"A job script itself exits {requeues.PREFLIGHT_EXIT} when its required preflight "
+        "failed (`clusterjob: preflight failed ...`, the program not started: `wait` records "
+        "the node for `--retry-bad-node` and `clusterjob nodes`) and "
+        f"{requeues.LIMIT_EXIT} for an attempt past `--max-requeues`.",
         "",
     ]
     out += _table(["code", "name", "meaning", "errors that exit with it"], rows)
@@ -312,6 +343,7 @@ def json_outputs() -> dict[str, JsonOutput]:
     ``--json`` option must be here (tests/test_docs_reference.py checks)."""
     from clusterjob.gpu.inventory import Gpu
     from clusterjob.jobs.avail import Availability
+    from clusterjob.jobs.badnodes import BadNode
     from clusterjob.jobs.status import JobStatus
     from clusterjob.jobs.submit import Submitted, provenance
     from clusterjob.node.checks import PreflightReport
@@ -328,6 +360,11 @@ def json_outputs() -> dict[str, JsonOutput]:
         "status": JsonOutput(JobStatus, is_list=True, note="One element per job (or task)."),
         "show": JsonOutput(provenance),
         "avail": JsonOutput(Availability),
+        "nodes": JsonOutput(
+            BadNode,
+            is_list=True,
+            note="One element per node avoided (`since`, `until`: Unix time).",
+        ),
         "preflight": JsonOutput(PreflightReport),
         "gpus": JsonOutput(inventory_to_dict, lists_of=(("gpus", Gpu),)),
         "site validate": JsonOutput(
@@ -343,7 +380,9 @@ def json_outputs() -> dict[str, JsonOutput]:
         "site init": JsonOutput(
             init_record,
             lists_of=(("differences", Difference),),
-            note="`differences` is empty without `--diff`.",
+            note="`differences` is empty without `--diff`; `probe_jobs` (one per node "
+            "configuration: `nodes`, `node`, `job_id`, `bus_ids` or null, `reason`) and "
+            "`not_probed` (`NODES: why` lines) without `--probe`.",
         ),
     }
 

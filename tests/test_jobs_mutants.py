@@ -911,7 +911,7 @@ def test_provenance_in_full(data: Path) -> None:
         "sbatch_command": "sbatch --parsable --chdir=/home/ana/run '/s/a b.sh'",
         "resubmit_of": None, "state": "PENDING", "python": "/usr/bin/python3",
         "python_why": "--python", "max_requeues": None, "restarts": None,
-        "requeue_limit_reached": None, "hardware": None,
+        "requeue_limit_reached": None, "hardware": None, "gpu_usage": [],
     }  # fmt: skip
     Registry().add(record("71", git_commit="abc"), record("72"))
     assert (provenance("71")["git_commit"], provenance("71")["git_dirty"]) == ("abc", False)

@@ -102,11 +102,13 @@ def test_every_step_of_a_multi_node_job_says_its_whole_layout(
     site = _site(syntax, cpus)
     script = _script(site, gpus=2, nodes=2, launcher=launcher)
     steps = _steps(script)
-    assert len(steps) == (1 if launcher == "none" else 2), script  # the preflight, the launch
+    # the GPU usage sampler (--overlap, in the background), the preflight, the launch
+    assert len(steps) == (2 if launcher == "none" else 3), script
+    assert "--overlap" in steps[0][1], steps
     one_task_per_gpu = cpus == "cpus-per-task" or syntax == "gpus-per-task"
     for i, (_, options) in enumerate(steps):
         values = dict(o.split("=", 1) for o in options if "=" in o)
-        is_srun_launcher = launcher == "srun" and i == 1
+        is_srun_launcher = launcher == "srun" and i == 2
         tasks = 2 if is_srun_launcher and one_task_per_gpu else 1
         assert values["--nodes"] == "2", options
         assert values["--ntasks-per-node"] == str(tasks), options
@@ -177,5 +179,8 @@ def test_srun_without_the_batch_per_task_gpus_under_bash(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     calls = [json.loads(line) for line in record.read_text().splitlines()]
+    sampler = [c for c in calls if "sample-usage" in c["argv"]]  # in the background: may lag
+    calls = [c for c in calls if c not in sampler]
+    assert [c["seen"] for c in calls + sampler] == [[]] * (2 + len(sampler)), calls
     assert [c["seen"] for c in calls] == [[], []], calls  # the preflight's srun, the launch's
     assert "--ntasks=2" in calls[0]["argv"] and "--ntasks=4" in calls[1]["argv"], calls

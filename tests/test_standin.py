@@ -154,6 +154,29 @@ print(json.dumps([first, name]))
     assert out == [2, "NVIDIA H100 80GB HBM3"]
 
 
+def test_usage_keys_change_while_nvml_stays_initialised(standin_lib, tmp_path):
+    """A sampler keeps NVML open for the whole job: a scenario rewritten mid-job changes what
+    it reads of utilisation, memory used and power, and nothing else of the GPU."""
+    scenario = tmp_path / "node.txt"
+    write_scenario(scenario, StandinScenario(gpus=(h100("0000:18:00.0", 0, utilization=3),)))
+    busy = StandinScenario(
+        gpus=(h100("0000:18:00.0", 0, utilization=97, memory_used=9 * GIB, power_usage=650_000),)
+    )
+    code = f"""
+import json, os, time, pynvml as n
+def read(h):
+    return [n.nvmlDeviceGetUtilizationRates(h).gpu, n.nvmlDeviceGetMemoryInfo(h).used,
+            n.nvmlDeviceGetPowerUsage(h)]
+n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0); before = read(h)
+time.sleep(0.05)
+open({str(scenario)!r}, "w").write({scenario_text(busy)!r})
+after = read(h)
+print(json.dumps([before, after, n.nvmlDeviceGetCount()]))
+"""
+    out = _json_from_child(code, standin_lib, scenario, tmp_path)
+    assert out == [[3, 0, 60_000], [97, 9 * GIB, 650_000], 1]
+
+
 def test_lost_gpu_counts_calls_including_handle_lookups(standin_lib, tmp_path):
     scenario = StandinScenario(gpus=(a100("0000:07:00.0", 0, lost_after_calls=2),))
     code = """

@@ -46,7 +46,14 @@ def _table(rows: list[JobStatus]) -> str:
     for cells in (headers, *lines):
         out.append("  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     notes = [printable(f"{r.job_id}: {r.explanation}") for r in shown if r.explanation]
+    notes += [printable(f"{r.job_id}: {n}") for r in rows if (n := _idle_note(r))]
     return "\n".join(out + notes)
+
+
+def _idle_note(row: JobStatus) -> str | None:
+    from clusterjob.jobs.usage import idle_note
+
+    return idle_note(row.gpu_usage)
 
 
 @app.command()
@@ -290,4 +297,14 @@ def show(
         rows.append(("requeues", f"{info['restarts'] or 0} so far, at most {info['max_requeues']}"))
     if info["hardware"]:
         rows.append(("hardware", f"{info['hardware']} during the job, not your program"))
-    print("\n".join(f"{k + ':':<16}{printable(str(v))}" for k, v in rows))
+    rows += [("gpu usage" if i == 0 else "", line) for i, line in enumerate(_usage(info))]
+    print("\n".join(f"{k + ':' if k else '':<16}{printable(str(v))}" for k, v in rows))
+
+
+def _usage(info: dict[str, object]) -> list[str]:
+    """``show``'s GPU usage lines: figures, idle flag and sparkline per GPU (jobs.usage)."""
+    from clusterjob.jobs.usage import GpuUsage, usage_lines
+
+    raw = info.get("gpu_usage")
+    usage = [GpuUsage(**u) for u in raw if isinstance(u, dict)] if isinstance(raw, list) else []
+    return usage_lines(usage)

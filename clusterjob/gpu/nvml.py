@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
 from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, MigDevice, cpu_list
@@ -20,7 +21,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
     from typing import Any
 
-__all__ = ["read_nvml", "read_xid_events"]
+__all__ = ["GpuUsage", "UsageReader", "read_nvml", "read_xid_events"]
 
 
 def read_nvml() -> GpuInventory:
@@ -350,6 +351,78 @@ def read_xid_events(timeout_ms: int = 0) -> dict[str, tuple[int, ...]]:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
     return {bus_id: tuple(codes) for bus_id, codes in found.items()}
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    """One GPU's load at one moment; a field NVML cannot tell is None."""
+
+    bus_id: str
+    utilization: int | None  # percent of the last sample period a kernel ran
+    memory_used: int | None  # bytes
+    power_mw: int | None  # milliwatts
+
+
+class UsageReader:
+    """NVML kept initialised for a job's whole life, reading the load of some GPUs.
+
+    ``nvmlInit`` costs far more than the three reads of a sample, so a sampler opens one
+    reader and calls ``read`` at its interval. ``bus_ids``: the GPUs to read (normalised
+    PCI bus ids); None: every GPU NVML sees. NvmlError when NVML cannot be used at all.
+    """
+
+    def __init__(self, bus_ids: tuple[str, ...] | None = None) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:
+            raise NvmlError(
+                NvmlErrorKind.LIBRARY_NOT_FOUND,
+                f"Python package nvidia-ml-py (module pynvml) is not installed: {exc}",
+            ) from exc
+        self._pynvml: Any = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise _init_error(pynvml, exc) from exc
+        self.handles: dict[str, Any] = {}
+        try:
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                try:
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                    bus_id = normalise_bus_id(_text(pynvml.nvmlDeviceGetPciInfo_v3(handle).busId))
+                except (pynvml.NVMLError, ValueError):
+                    continue
+                if bus_ids is None or bus_id in bus_ids:
+                    self.handles[bus_id] = handle
+        except pynvml.NVMLError as exc:
+            self.close()
+            raise _init_error(pynvml, exc) from exc
+        self.handles = dict(sorted(self.handles.items()))
+
+    def read(self) -> list[GpuUsage]:
+        """The load of each GPU now, in PCI order; a GPU lost or not answering: all None."""
+        n = self._pynvml
+        out = []
+        for bus_id, handle in self.handles.items():
+            try:
+                util = _optional(n, n.nvmlDeviceGetUtilizationRates, handle)
+                memory = _optional(n, n.nvmlDeviceGetMemoryInfo, handle)
+                power = _optional(n, n.nvmlDeviceGetPowerUsage, handle)
+            except _Lost:
+                util = memory = power = None
+            out.append(
+                GpuUsage(
+                    bus_id,
+                    None if util is None else int(util.gpu),
+                    None if memory is None else int(memory.used),
+                    None if power is None else int(power),
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(self._pynvml.NVMLError):
+            self._pynvml.nvmlShutdown()
 
 
 def _text(raw: str | bytes) -> str:

@@ -25,6 +25,7 @@ from clusterjob.errors import UsageError
 from clusterjob.jobs.explain import explain, is_pending_reason
 from clusterjob.jobs.hardware import with_hardware
 from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir
+from clusterjob.jobs.usage import GpuUsage, with_usage
 from clusterjob.jobscript.requeues import LIMIT_EXIT, limit_text, stopped_at_limit
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import COMMENT_PREFIX, SUBMIT_WINDOW, SlurmClient
@@ -62,6 +63,8 @@ class JobStatus:
     # a GPU fault the Epilog found on its node during the job, e.g. "Xid 79 (GPU fell off
     # the bus) on gpu2 0000:3b:00.0 on node gpu2" (clusterjob.jobs.hardware); None: none seen
     hardware: str | None = None
+    # how busy each of its GPUs was, as its in-job sampler recorded it (clusterjob.jobs.usage)
+    gpu_usage: tuple[GpuUsage, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -390,6 +393,7 @@ def status(
     registry.update_states(updates, checked_at=now)
     by_id = {r.job_id: r for r in records}
     results = with_hardware(results, client, cache, now)
+    results = with_usage(results, records)
     return [_past_limit(row, by_id) for row in results]
 
 

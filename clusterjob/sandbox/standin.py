@@ -113,6 +113,7 @@ class StandinGpu:
     cpu_affinity: str | None = None  # CPUs near the GPU, "0-31,64-95"; None: every CPU
     power_limit: int = 700_000  # enforced power limit, mW
     power_limit_default: int = 700_000  # the board's default limit, mW
+    power_usage: int = 60_000  # power drawn now, mW
     retired_pages_pending: bool = False  # a page retirement waits for a GPU reset
     mig_devices: tuple[tuple[str, str], ...] = ()  # (profile, MIG UUID); NVML lists them
     # only while mig_current is on, named "<name> MIG <profile>"
@@ -192,6 +193,7 @@ def scenario_text(scenario: StandinScenario) -> str:
             "cpu_affinity": gpu.cpu_affinity,
             "power_limit": gpu.power_limit,
             "power_limit_default": gpu.power_limit_default,
+            "power_usage": gpu.power_usage,
             "retired_pages_pending": gpu.retired_pages_pending,
             "lost_after_calls": gpu.lost_after_calls,
             "hang_seconds": gpu.hang_seconds,

@@ -5,7 +5,10 @@
  * bindings load it through LD_LIBRARY_PATH and exercise the real ctypes structures,
  * versioned entry points and error codes. The GPUs it reports come from a scenario file
  * named by $FAKE_NVML_SCENARIO ("%n" in the value is replaced by $SLURMD_NODENAME, so one
- * setting serves every node of a sandbox cluster). The file is read at each first nvmlInit.
+ * setting serves every node of a sandbox cluster). The file is read at each first nvmlInit;
+ * while NVML stays initialised, a change of the file (its mtime or size) is read again for
+ * the usage keys only (utilization, memory_used, power_usage) by the calls that report them,
+ * so a test can change a GPU's load during a job as a long-running sampler sees it.
  *
  * Scenario: one "key = value" per line, '#' starts a comment line.
  *   driver_version = 550.54.15           cuda_driver_version = 12040
@@ -22,6 +25,7 @@
  *   gpu.N.fabric_status = R      nvmlReturn_t of the fabric registration (0: success)
  *   gpu.N.cpu_affinity = 0-31,64-95   CPUs near the GPU (unset: every configured CPU)
  *   gpu.N.power_limit / power_limit_default = 700000   enforced and default limit, mW
+ *   gpu.N.power_usage = 60000    power drawn now, mW (nvmlDeviceGetPowerUsage)
  *   gpu.N.retired_pages_pending = 0|1   a page retirement waits for a reset
  *   gpu.N.mig.K = 1g.10gb:MIG-<uuid>   MIG device K (GPU instance K+1, compute instance 0),
  *                                named "<GPU name> MIG 1g.10gb"; listed only with mig_current
@@ -52,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -151,6 +156,7 @@ struct nvmlDevice_st {
     unsigned long long cpu_affinity[CPU_WORDS];
     int has_cpu_affinity;
     unsigned int power_limit, power_limit_default; /* mW */
+    unsigned int power_usage;                      /* mW */
     int retired_pages_pending;
     struct nvmlDevice_st *parent; /* a MIG device's GPU; NULL for a GPU */
     unsigned int gpu_instance, compute_instance;
@@ -435,6 +441,8 @@ static const char *set_gpu_field(struct nvmlDevice_st *g, const char *field, con
         return parse_uint(value, 100000000, &g->power_limit_default)
                    ? "power_limit_default is not mW"
                    : NULL;
+    if (!strcmp(field, "power_usage"))
+        return parse_uint(value, 100000000, &g->power_usage) ? "power_usage is not mW" : NULL;
     if (!strcmp(field, "retired_pages_pending"))
         return parse_bool(value, &g->retired_pages_pending) ? "retired_pages_pending is not a bool"
                                                             : NULL;
@@ -559,11 +567,63 @@ static void reset_scenario(void)
         gpus[i].temperature_slowdown = 90;
         gpus[i].fabric_state = -1;
         gpus[i].power_limit = gpus[i].power_limit_default = 700000;
+        gpus[i].power_usage = 60000;
     }
     gpu_count = 0;
     strcpy(driver_version, "550.54.15");
     cuda_driver_version = 12040;
     init_error = NVML_SUCCESS;
+}
+
+/* The scenario file read at nvmlInit, and its mtime and size then (see refresh_usage). */
+struct stamp {
+    struct timespec mtime;
+    off_t size;
+};
+static char loaded_path[4096];
+static struct stamp loaded_stamp;
+
+static int file_stamp(const char *path, struct stamp *out)
+{
+    struct stat st;
+    if (stat(path, &st))
+        return -1;
+    out->mtime = st.st_mtim;
+    out->size = st.st_size;
+    return 0;
+}
+
+/* The usage keys of a scenario file changed while NVML is initialised: read those again.
+ * A line that does not parse (the file caught half written) is skipped; the next call, after
+ * the writer's last change, reads it whole. */
+static void refresh_usage(void)
+{
+    struct stamp now;
+    if (!loaded_path[0] || file_stamp(loaded_path, &now))
+        return;
+    if (now.mtime.tv_sec == loaded_stamp.mtime.tv_sec &&
+        now.mtime.tv_nsec == loaded_stamp.mtime.tv_nsec && now.size == loaded_stamp.size)
+        return;
+    loaded_stamp = now;
+    FILE *f = fopen(loaded_path, "r");
+    if (!f)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        char *s = trim(line), *eq = strchr(s, '='), *end;
+        if (strncmp(s, "gpu.", 4) || !eq)
+            continue;
+        *eq = '\0';
+        long n = strtol(s + 4, &end, 10);
+        if (end == s + 4 || *end != '.' || n < 0 || (unsigned long)n >= gpu_count)
+            continue;
+        const char *field = trim(end + 1);
+        if (strcmp(field, "utilization") && strcmp(field, "memory_used") &&
+            strcmp(field, "power_usage"))
+            continue;
+        set_gpu_field(&gpus[n], field, trim(eq + 1));
+    }
+    fclose(f);
 }
 
 /* "%n" -> $SLURMD_NODENAME. Returns 0, or -1 with a message printed. */
@@ -611,6 +671,8 @@ static nvmlReturn_t load_scenario(void)
             strerror(errno));
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
+    strcpy(loaded_path, path);
+    file_stamp(path, &loaded_stamp);
     char line[1024];
     int lineno = 0;
     nvmlReturn_t ret = NVML_SUCCESS;
@@ -988,6 +1050,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
         return ret;
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
+    refresh_usage();
     memory->total = device->memory_total;
     memory->used = device->memory_used;
     memory->free = device->memory_total > device->memory_used
@@ -1081,6 +1144,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
         return ret;
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
+    refresh_usage();
     utilization->gpu = device->utilization;
     utilization->memory = device->utilization / 2;
     return NVML_SUCCESS;
@@ -1385,6 +1449,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device
                                                              unsigned int *limit)
 {
     return put_uint(device, UNSUP_POWER, limit, device ? device->power_limit_default : 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    nvmlReturn_t ret = touch(device, UNSUP_POWER);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (!power)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    refresh_usage();
+    *power = device->power_usage;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,

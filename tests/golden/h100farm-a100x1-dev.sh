@@ -31,7 +31,13 @@ export CLUSTERJOB_SITE=<repo>/site_configs/h100farm.yaml
 # Python: /usr/bin/python3 (given to render)
 python=/usr/bin/python3
 
-# Preflight: check this job's GPUs against the site's node map before training starts.
-/opt/clusterjob/bin/clusterjob preflight
+# GPU usage: a sampler reads this job's GPUs' utilisation, memory and power through NVML every
+# $CLUSTERJOB_USAGE_INTERVAL seconds (30; 0: off) for `clusterjob status` and `show`. It runs
+# in the background until the job ends and never fails it.
+/opt/clusterjob/bin/clusterjob sample-usage $$ </dev/null >/dev/null 2>&1 &
+
+# Preflight: check this job's GPUs against the site's node map before training starts. A
+# failed check ends the job with exit 78 ("preflight failed"), never the program's own.
+/opt/clusterjob/bin/clusterjob preflight || { echo "clusterjob: preflight failed (exit $?): the program was not started" >&2; exit 78; }
 
 exec "$python" train.py

@@ -31,8 +31,14 @@ export CLUSTERJOB_SITE=<repo>/site_configs/h100farm.yaml
 # Python: /usr/bin/python3 (given to render)
 python=/usr/bin/python3
 
-# Preflight: check this job's GPUs against the site's node map before training starts.
-srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --gres=gpu:8 /opt/clusterjob/bin/clusterjob preflight
+# GPU usage: a sampler reads this job's GPUs' utilisation, memory and power through NVML every
+# $CLUSTERJOB_USAGE_INTERVAL seconds (30; 0: off) for `clusterjob status` and `show`. It runs
+# in the background until the job ends and never fails it.
+srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --gres=gpu:8 --overlap /opt/clusterjob/bin/clusterjob sample-usage </dev/null >/dev/null 2>&1 &
+
+# Preflight: check this job's GPUs against the site's node map before training starts. A
+# failed check ends the job with exit 78 ("preflight failed"), never the program's own.
+srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --gres=gpu:8 /opt/clusterjob/bin/clusterjob preflight || { echo "clusterjob: preflight failed (exit $?): the program was not started" >&2; exit 78; }
 
 # torchrun with a static rendezvous on the first node of the job. Its address comes from
 # Slurm (NodeAddr), so it also works where several nodes share one host.

@@ -27,6 +27,11 @@ export CLUSTERJOB_SITE=<repo>/site_configs/lumi.yaml
 # Python: /usr/bin/python3 (given to render)
 python=/usr/bin/python3
 
+# GPU usage: a sampler reads this job's GPUs' utilisation, memory and power through NVML every
+# $CLUSTERJOB_USAGE_INTERVAL seconds (30; 0: off) for `clusterjob status` and `show`. It runs
+# in the background until the job ends and never fails it.
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=8 --cpus-per-task=8 --overlap <sys.executable> -m clusterjob sample-usage </dev/null >/dev/null 2>&1 &
+
 # Preflight: check this job's GPUs against the site's node map before training starts; a
 # failed or impossible check is said on stderr and the job goes on (preflight: warn).
 srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=8 --cpus-per-task=8 <sys.executable> -m clusterjob preflight || echo "clusterjob: preflight failed (exit $?); going on: this site's preflight is warn" >&2

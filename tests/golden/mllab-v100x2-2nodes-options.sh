@@ -46,8 +46,14 @@ python=/usr/bin/python3
 # --requeue: every attempt appends to the same log (--open-mode=append); this line parts them.
 echo "=== clusterjob: attempt $(( ${SLURM_RESTART_COUNT:-0} + 1 )) of job $SLURM_JOB_ID on $(hostname) at $(date '+%F %T') ==="
 
-# Preflight: check this job's GPUs against the site's node map before training starts.
-srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:v100:2 /opt/clusterjob/bin/clusterjob preflight
+# GPU usage: a sampler reads this job's GPUs' utilisation, memory and power through NVML every
+# $CLUSTERJOB_USAGE_INTERVAL seconds (30; 0: off) for `clusterjob status` and `show`. It runs
+# in the background until the job ends and never fails it.
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:v100:2 --overlap /opt/clusterjob/bin/clusterjob sample-usage </dev/null >/dev/null 2>&1 &
+
+# Preflight: check this job's GPUs against the site's node map before training starts. A
+# failed check ends the job with exit 78 ("preflight failed"), never the program's own.
+srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:v100:2 /opt/clusterjob/bin/clusterjob preflight || { echo "clusterjob: preflight failed (exit $?): the program was not started" >&2; exit 78; }
 
 # torchrun with a static rendezvous on the first node of the job. Its address comes from
 # Slurm (NodeAddr), so it also works where several nodes share one host.

@@ -26,7 +26,13 @@ export CLUSTERJOB_SITE=<repo>/site_configs/narval.yaml
 # Python: /usr/bin/python3 (given to render)
 python=/usr/bin/python3
 
-# Preflight: check this job's GPUs against the site's node map before training starts.
-<sys.executable> -m clusterjob preflight
+# GPU usage: a sampler reads this job's GPUs' utilisation, memory and power through NVML every
+# $CLUSTERJOB_USAGE_INTERVAL seconds (30; 0: off) for `clusterjob status` and `show`. It runs
+# in the background until the job ends and never fails it.
+<sys.executable> -m clusterjob sample-usage $$ </dev/null >/dev/null 2>&1 &
+
+# Preflight: check this job's GPUs against the site's node map before training starts. A
+# failed check ends the job with exit 78 ("preflight failed"), never the program's own.
+<sys.executable> -m clusterjob preflight || { echo "clusterjob: preflight failed (exit $?): the program was not started" >&2; exit 78; }
 
 exec "$python" train.py

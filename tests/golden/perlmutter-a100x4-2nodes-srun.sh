@@ -1,7 +1,7 @@
 #!/bin/bash
 #SBATCH --job-name=train
 #SBATCH --gpus-per-task=1
-#SBATCH --constraint=gpu
+#SBATCH --constraint=gpu&hbm40g
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=32
@@ -28,8 +28,14 @@ export CLUSTERJOB_SITE=<repo>/site_configs/perlmutter.yaml
 # Python: /usr/bin/python3 (given to render)
 python=/usr/bin/python3
 
-# Preflight: check this job's GPUs against the site's node map before training starts.
-env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --gpu-bind=none --cpus-per-task=128 <sys.executable> -m clusterjob preflight
+# GPU usage: a sampler reads this job's GPUs' utilisation, memory and power through NVML every
+# $CLUSTERJOB_USAGE_INTERVAL seconds (30; 0: off) for `clusterjob status` and `show`. It runs
+# in the background until the job ends and never fails it.
+env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --gpu-bind=none --cpus-per-task=128 --overlap <sys.executable> -m clusterjob sample-usage </dev/null >/dev/null 2>&1 &
+
+# Preflight: check this job's GPUs against the site's node map before training starts. A
+# failed check ends the job with exit 78 ("preflight failed"), never the program's own.
+env -u SLURM_GPUS_PER_TASK -u SLURM_TRES_PER_TASK srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-node=4 --gpu-bind=none --cpus-per-task=128 <sys.executable> -m clusterjob preflight || { echo "clusterjob: preflight failed (exit $?): the program was not started" >&2; exit 78; }
 
 # srun starts 4 task(s) on each node; SLURM_PROCID is each one's rank,
 # and the number its lines start with (--label; `clusterjob logs JOB --rank N`).
