@@ -393,7 +393,7 @@ def test_node_side_commands_refuse_host(login: Login, laptop: Path, tmp_path: Pa
     assert done.returncode == 2
     assert done.stderr == (
         "clusterjob: error: --host: `preflight` runs on this machine; run it on the cluster "
-        "(--host works with: cancel, logs, resubmit, shell, show, status, submit, wait)\n"
+        "(--host works with: cancel, logs, nodes, resubmit, shell, show, status, submit, wait)\n"
     )
 
 
