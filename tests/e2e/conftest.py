@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from clusterjob.api.cluster import Cluster
+from clusterjob.jobs.status import JobStatus
 from clusterjob.sandbox import cluster
 from clusterjob.sandbox.config import Layout
 from clusterjob.slurm.parse import is_final
@@ -163,3 +165,31 @@ def slurm_release(sandbox: Sandbox) -> str:
 # one made in that same second counts as revoked too. A few seconds later is safe, and still
 # much sooner than the restart delay Slurm imposes (cred_expire, 120 s by default).
 REQUEUED_START = "StartTime=now+5"
+
+
+@pytest.fixture
+def here(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's shell on the login node: the sandbox's Slurm and site, the registry the `cj`
+    fixture's commands use, no status cache, cwd a fresh directory."""
+    for key, value in cluster.client_env(sandbox.state_dir).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CLUSTERJOB_STATUS_CACHE_SECONDS", "0")
+    monkeypatch.delenv("CLUSTERJOB_HOST", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def until(what: str, check, timeout: float = 120):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
+        time.sleep(0.3)
+
+
+def one(cluster: Cluster, job_id: str) -> JobStatus:
+    (row,) = cluster.status([job_id])
+    return row

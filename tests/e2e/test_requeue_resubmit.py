@@ -6,7 +6,6 @@ failed submits a 2-task array of those."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -14,41 +13,12 @@ import pytest
 from clusterjob.api.cluster import Cluster
 from clusterjob.errors import JobFailed
 from clusterjob.jobs.registry import Registry
-from clusterjob.jobs.status import JobStatus
-from clusterjob.sandbox import cluster as sandbox_cluster
 
-from .conftest import REQUEUED_START, Cli, Sandbox
+from .conftest import REQUEUED_START, Cli, Sandbox, one, until
 
 pytestmark = pytest.mark.slurm
 
 SAID = "requeued 2 times, limit 1 reached: the job stopped itself (--max-requeues)"
-
-
-@pytest.fixture
-def here(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user's shell on the login node, with the registry the `cj` fixture's commands use."""
-    for key, value in sandbox_cluster.client_env(sandbox.state_dir).items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("CLUSTERJOB_STATUS_CACHE_SECONDS", "0")
-    monkeypatch.delenv("CLUSTERJOB_HOST", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def until(what: str, check, timeout: float = 120):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.3)
-
-
-def one(cluster: Cluster, job_id: str) -> JobStatus:
-    (row,) = cluster.status([job_id])
-    return row
 
 
 def waited(cj: Cli, job: str) -> tuple[int, str, str]:

@@ -13,39 +13,10 @@ import pytest
 from clusterjob.api.cluster import Cluster
 from clusterjob.errors import UsageError
 from clusterjob.jobs.status import JobStatus
-from clusterjob.sandbox import cluster as sandbox_cluster
 
-from .conftest import REQUEUED_START, Cli, Sandbox
+from .conftest import REQUEUED_START, Cli, Sandbox, one, until
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture
-def here(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user's shell on the login node: the sandbox's Slurm and site, the registry the `cj`
-    fixture's commands use, no status cache, cwd a fresh directory."""
-    for key, value in sandbox_cluster.client_env(sandbox.state_dir).items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("CLUSTERJOB_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("CLUSTERJOB_STATUS_CACHE_SECONDS", "0")
-    monkeypatch.delenv("CLUSTERJOB_HOST", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def until(what: str, check, timeout: float = 120):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.3)
-
-
-def one(cluster: Cluster, job_id: str) -> JobStatus:
-    (row,) = cluster.status([job_id])
-    return row
 
 
 def test_options_reach_a_command_job_in_slurm(here: Path, sandbox: Sandbox) -> None:
