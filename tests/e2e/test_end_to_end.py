@@ -93,9 +93,12 @@ def test_job_on_the_mismatched_node_drains_it_and_status_says_why(
     """2. gpu3's boards sit in another order than its node map says: the Prolog refuses it."""
     job = submit(cj, sandbox, TRAIN, "--gpus", "2", "--model", "A100", "--partition", "suspect")
     try:
-        row = wait_status(cj, job, lambda r: "held" in (r["reason"] or "").lower())
-        # What Slurm 22.05 really does: requeue the job and hold it; drain the node.
-        assert row["state"] == "PENDING", row
+        # What Slurm really does: requeue the job and hold it; drain the node. The hold's
+        # reason shows while the job is still COMPLETING (its Epilog runs), so wait for
+        # both: the job back in the queue, and held.
+        row = wait_status(
+            cj, job, lambda r: r["state"] == "PENDING" and "held" in (r["reason"] or "").lower()
+        )
         assert "prolog" in row["explanation"].lower(), row
         assert f"scontrol release {job}" in row["explanation"], row
         # Slurm drains it as "Prolog error"; clusterjob then puts its own reason there.
