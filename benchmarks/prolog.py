@@ -1,10 +1,13 @@
-"""Prolog latency: ``clusterjob prolog`` on an 8-GPU H100 node, for 10 to 10,000-node sites.
+"""Prolog and Epilog latency: ``clusterjob prolog`` and ``clusterjob epilog`` on an 8-GPU
+H100 node, for 10 to 10,000-node sites.
 
-The Prolog runs before every job on every node, so it is measured as slurmd runs it: a new
-process with the site file and cache dir on its command line, the stand-in NVML library on
-LD_LIBRARY_PATH, and the job's GPUs in SLURM_JOB_GPUS. Warm: the per-node cache is filled
-(every run but the first after a site edit). Cold: the cache is empty, so the full loader
-parses and validates the whole site file.
+The Prolog runs before every job on every node and the Epilog after it, so both are measured
+as slurmd runs them: a new process with the site file and cache dir on its command line, the
+stand-in NVML library on LD_LIBRARY_PATH, and the job's GPUs in SLURM_JOB_GPUS; the Epilog
+also reads the kernel log (/dev/kmsg, as on a node) for Xid lines since the job's start.
+Warm: the per-node cache is filled (every run but the first after a site edit; the Epilog
+reads the cache its job's Prolog filled). Cold: the cache is empty, so the full loader parses
+and validates the whole site file. Both hooks are interleaved in one run with the NVML floor.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -30,6 +34,7 @@ from benchmarks.sitegen import BUS_IDS, write_site
 
 TARGET_RATIO = 1.5  # prolog / starting NVML from Python over the same library
 TARGET_SCALE = 1.2  # largest site / 10-node site, warm cache
+EPILOG_KEY = "epilog "  # the Epilog's entries among the interleaved commands: "epilog 10-hostlist"
 # The floor of any Python Prolog that asks NVML: the interpreter, the binding, nvmlInit.
 NVML_CODE = "import pynvml; pynvml.nvmlInit()"
 NVML_NAME = "python -c 'import pynvml; pynvml.nvmlInit()'"
@@ -44,6 +49,12 @@ def standin_lib(work: Path) -> Path:
         return build_standin_library(cache / "clusterjob-bench" / "standin-nvml")
     except OSError:
         return build_standin_library(work / "standin-nvml")
+
+
+def epilog_env(lib: Path, scenario: Path, node: str, job_start: float) -> dict[str, str]:
+    """The Prolog's environment and the job's start, which Slurm passes to the Epilog: the
+    kernel log's lines from before it are not this job's (nor a drain in this benchmark)."""
+    return {**prolog_env(lib, scenario, node), "SLURM_JOB_START_TIME": str(int(job_start))}
 
 
 def prolog_env(lib: Path, scenario: Path, node: str) -> dict[str, str]:
@@ -85,7 +96,7 @@ def trusted_work(work: Path) -> Path:
 def run(work: Path, *, quick: bool) -> Result:
     from clusterjob.sandbox.standin import StandinScenario, gpus_on_buses, h100, write_scenario
 
-    result = Result("prolog", "Prolog latency (8x H100 node, stand-in NVML)")
+    result = Result("prolog", "Prolog and Epilog latency (8x H100 node, stand-in NVML)")
     if os.geteuid() != 0:
         result.notes.append("skipped: the Prolog only trusts root-owned site files; run as root")
         return result
@@ -99,6 +110,8 @@ def run(work: Path, *, quick: bool) -> Result:
         REFERENCE_NAME: (REFERENCE, None)
     }
     cache_dirs = {}
+    epilogs: dict[str, tuple[Sequence[str], Mapping[str, str]]] = {}
+    job_start = time.time()
     for n in sizes:
         for style in styles:
             if style == "individual" and n > 1_000 and quick:
@@ -112,10 +125,13 @@ def run(work: Path, *, quick: bool) -> Result:
             cache_dirs[(n, style)] = cache
             cmd = [*clusterjob_command(), "prolog", "--site", str(path), "--cache-dir", str(cache)]
             commands[f"{n}-{style}"] = (cmd, prolog_env(lib, scenario, node))
+            cmd = [*clusterjob_command(), "epilog", "--site", str(path), "--cache-dir", str(cache)]
+            epilogs[f"{n}-{style}"] = (cmd, epilog_env(lib, scenario, node, job_start))
             commands.setdefault(NVML_NAME, ([PYTHON, "-c", NVML_CODE], commands[f"{n}-{style}"][1]))
 
     # cold: empty cache, so the full loader runs (first job after a site edit)
     cold: dict[str, tuple[float, str]] = {}
+    epilog_cold: dict[str, tuple[float, str]] = {}
     for (n, style), cache in list(cache_dirs.items()):
         key = f"{n}-{style}"
         command, env = commands[key]
@@ -129,6 +145,19 @@ def run(work: Path, *, quick: bool) -> Result:
                 run_timed([*command, "--deadline", "600"], env)
             except RuntimeError:
                 del commands[key]
+        # the Epilog right after, on its own empty cache (the site edited while the job ran);
+        # warm, it reads the cache the Prolog's run filled, as after its own job's Prolog
+        command, env = epilogs[key]
+        cold_cache = work / f"cache-{key}-epilog-cold"
+        shutil.rmtree(cold_cache, ignore_errors=True)
+        cold_cache.mkdir(mode=0o755)
+        fresh = [*command[: command.index("--cache-dir") + 1], str(cold_cache)]
+        try:
+            epilog_cold[key] = (run_timed(fresh, env), "")
+        except RuntimeError as exc:
+            epilog_cold[key] = (float("nan"), str(exc).strip().splitlines()[-1])
+        if key in commands:
+            commands[EPILOG_KEY + key] = (command, env)
 
     # cold again, with the compiled node map beside the site file (`site validate --compile`,
     # run after each edit of a large site): the first job on a node reads its entry there
@@ -175,6 +204,17 @@ def run(work: Path, *, quick: bool) -> Result:
                 note=f"median of {repeats}; {warm / ref:.2f}x {REFERENCE_NAME}; "
                 f"{warm / base:.2f}x the {sizes[0]}-node site",
             )
+            if EPILOG_KEY + key not in times:
+                continue
+            after = median(times[EPILOG_KEY + key])
+            result.compared(  # no target yet: the figure is watched, side by side
+                f"epilog, {n:,}-node site ({style}), warm cache",
+                after,
+                NVML_NAME,
+                nvml,
+                note=f"median of {repeats}; {after / ref:.2f}x {REFERENCE_NAME}; "
+                f"{after / warm:.2f}x the Prolog on the same site",
+            )
     for n in sizes[1:]:
         for style in styles:
             key = f"{n}-{style}"
@@ -215,5 +255,19 @@ def run(work: Path, *, quick: bool) -> Result:
             note=f"FAILED: {failure}"
             if failure
             else "first job after a site edit, no cache of any kind: the loader validates the YAML",
+        )
+    for key, (seconds, failure) in epilog_cold.items():
+        size, style = key.split("-")
+        prolog_cold = cold.get(key, (float("nan"), ""))[0]
+        result.add(
+            f"epilog, {int(size):,}-node site ({style}), cold (empty cache, one run)",
+            seconds * 1000,
+            "ms",
+            ratio=None if failure else seconds / ref,
+            reference=REFERENCE_NAME,
+            note=f"FAILED: {failure}"
+            if failure
+            else f"no cache of any kind: the loader validates the YAML; {seconds / nvml:.2f}x "
+            f"{NVML_NAME}; {seconds / prolog_cold:.2f}x the Prolog's cold run",
         )
     return result

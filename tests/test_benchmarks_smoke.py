@@ -22,6 +22,7 @@ from clusterjob.sandbox.config import Layout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.__main__ import main  # noqa: E402
+from benchmarks.prolog import NVML_NAME  # noqa: E402
 
 # The sandbox CLUSTERJOB_SANDBOX_DIR names (each Slurm release's has its own), else the default.
 SANDBOX_CONF = str(Layout(resolve_state_dir()).slurm_conf)
@@ -52,8 +53,11 @@ def test_local_benchmarks_produce_figures(tmp_path: Path) -> None:
     results = _run(tmp_path, "prolog", "cli", "site_config", "site_init")
     if os.geteuid() == 0:
         prolog = results["prolog"]["rows"]
-        assert any("warm cache" in r["figure"] and r["ratio"] > 0 for r in prolog)
-        assert any("cold" in r["figure"] for r in prolog)
+        for hook in ("prolog", "epilog"):  # measured side by side, against the same floor
+            rows = [r for r in prolog if r["figure"].startswith(f"{hook}, ")]
+            warm = [r for r in rows if "warm cache" in r["figure"]]
+            assert warm and all(r["ratio"] > 0 and r["reference"] == NVML_NAME for r in warm)
+            assert any("cold" in r["figure"] for r in rows), hook
     cli = results["cli"]["rows"]
     assert {"clusterjob --help", "clusterjob submit --dry-run (10-node site)"} <= {
         r["figure"] for r in cli

@@ -24,6 +24,8 @@ from clusterjob.node.trust import check_trusted
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
+# The root hooks that read the site file and give slurmd a verdict: the same trust rules.
+HOOKS = ("prolog", "epilog")
 
 
 @pytest.fixture
@@ -101,8 +103,11 @@ def test_symlink_to_user_file_refused(conf_dir: Path, tmp_path: Path) -> None:
         check_trusted(link)
 
 
+@pytest.mark.parametrize("hook", HOOKS)
 @pytest.mark.parametrize("how", ["chown nobody", "chmod 666"])
-def test_prolog_drains_on_untrusted_config(conf_dir: Path, tmp_path: Path, how: str) -> None:
+def test_hook_drains_on_untrusted_config(
+    conf_dir: Path, tmp_path: Path, how: str, hook: str
+) -> None:
     site = write_site(conf_dir)
     if how == "chown nobody":
         os.chown(site, NOBODY, -1)
@@ -110,9 +115,9 @@ def test_prolog_drains_on_untrusted_config(conf_dir: Path, tmp_path: Path, how: 
     else:
         site.chmod(0o666)
         why = f"file {site} is group/world-writable (mode 0666)"
-    log = tmp_path / "log" / "prolog.jsonl"
+    log = tmp_path / "log" / f"{hook}.jsonl"
     done = cj(
-        "prolog",
+        hook,
         "--site",
         str(site),
         "--log",
@@ -122,7 +127,7 @@ def test_prolog_drains_on_untrusted_config(conf_dir: Path, tmp_path: Path, how: 
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
-        f"clusterjob prolog: gpu2: GPUs not checked: site config: refusing {site}: {why} "
+        f"clusterjob {hook}: gpu2: GPUs not checked: site config: refusing {site}: {why} "
         "-- draining (on_error=drain, site policy unknown)"
     ]
     (record,) = [json.loads(line) for line in log.read_text().splitlines()]
@@ -132,26 +137,28 @@ def test_prolog_drains_on_untrusted_config(conf_dir: Path, tmp_path: Path, how: 
 
 
 @pytest.mark.skipif(Path("/etc/clusterjob/site.yaml").exists(), reason="a real site is installed")
-def test_prolog_ignores_clusterjob_site_env(conf_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_ignores_clusterjob_site_env(conf_dir: Path, tmp_path: Path, hook: str) -> None:
     """A user-controlled variable must not choose root's config: the default path is used."""
     user_site = write_site(conf_dir)  # even a trusted file is not taken from the environment
     done = cj(
-        "prolog",
+        hook,
         "--log",
         str(tmp_path / "p.jsonl"),
         env={"SLURMD_NODENAME": "gpu2", "CLUSTERJOB_SITE": str(user_site)},
     )
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        "clusterjob prolog: gpu2: GPUs not checked: site config: /etc/clusterjob/site.yaml: "
+        f"clusterjob {hook}: gpu2: GPUs not checked: site config: /etc/clusterjob/site.yaml: "
         "cannot read: No such file or directory -- draining (on_error=drain, site policy unknown)"
     ]
 
 
-def test_prolog_missing_config_drains(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_missing_config_drains(tmp_path: Path, hook: str) -> None:
     missing = tmp_path / "nope.yaml"
     done = cj(
-        "prolog",
+        hook,
         "--site",
         str(missing),
         "--log",
@@ -160,18 +167,19 @@ def test_prolog_missing_config_drains(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        f"clusterjob prolog: gpu2: GPUs not checked: site config: {missing}: cannot read: "
+        f"clusterjob {hook}: gpu2: GPUs not checked: site config: {missing}: cannot read: "
         "No such file or directory -- draining (on_error=drain, site policy unknown)"
     ]
 
 
-def test_prolog_unwritable_log_is_reported_on_the_same_line(conf_dir: Path) -> None:
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_unwritable_log_is_reported_on_the_same_line(conf_dir: Path, hook: str) -> None:
     site = write_site(conf_dir)
     os.chown(site, NOBODY, -1)
     blocker = conf_dir / "file"
     blocker.write_text("")
     done = cj(
-        "prolog",
+        hook,
         "--site",
         str(site),
         "--log",
@@ -183,10 +191,11 @@ def test_prolog_unwritable_log_is_reported_on_the_same_line(conf_dir: Path) -> N
     assert line.endswith(f"; cannot write log {blocker / 'prolog.jsonl'}: File exists")
 
 
-def test_prolog_bad_argument_is_one_line() -> None:
-    done = cj("prolog", "--bogus")
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_bad_argument_is_one_line(hook: str) -> None:
+    done = cj(hook, "--bogus")
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["clusterjob prolog: unrecognized arguments: --bogus"]
+    assert done.stderr.splitlines() == [f"clusterjob {hook}: unrecognized arguments: --bogus"]
 
 
 # -- task prolog -------------------------------------------------------------------------
@@ -279,6 +288,7 @@ def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
         "from clusterjob.__main__ import main\n"
         "main(['task-prolog'])\n"
         f"main(['prolog', '--site', {str(site)!r}, '--log', {str(tmp_path / 'l')!r}])\n"
+        f"main(['epilog', '--site', {str(site)!r}, '--log', {str(tmp_path / 'e')!r}])\n"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
         f"print('LOADED', bad, {NOT_STDLIB})\n"
     )
@@ -311,7 +321,8 @@ def test_a_hook_run_as_the_command_ends_without_teardown() -> None:
     ), done.stderr
 
 
-def test_prolog_fifo_config_is_refused_at_once(conf_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_fifo_config_is_refused_at_once(conf_dir: Path, tmp_path: Path, hook: str) -> None:
     """A site file that would block on open (a FIFO) is refused, not waited on.
 
     (It used to be opened and block until the deadline alarm; opening without blocking and
@@ -321,7 +332,7 @@ def test_prolog_fifo_config_is_refused_at_once(conf_dir: Path, tmp_path: Path) -
     os.mkfifo(fifo, 0o644)
     start = time.monotonic()
     done = cj(
-        "prolog",
+        hook,
         "--site",
         str(fifo),
         "--cache-dir",
@@ -335,12 +346,12 @@ def test_prolog_fifo_config_is_refused_at_once(conf_dir: Path, tmp_path: Path) -
     assert time.monotonic() - start < 6
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        f"clusterjob prolog: gpu2: GPUs not checked: site config: refusing {fifo}: {fifo} is "
+        f"clusterjob {hook}: gpu2: GPUs not checked: site config: refusing {fifo}: {fifo} is "
         "not a regular file -- draining (on_error=drain, site policy unknown)"
     ]
 
 
-@pytest.mark.parametrize("command", ["prolog", "task-prolog"])
+@pytest.mark.parametrize("command", ["prolog", "task-prolog", "epilog"])
 def test_hook_help_exits_0_without_warning(command: str) -> None:
     done = cj(command, "--help")
     assert (done.returncode, done.stderr) == (0, "")

@@ -1,6 +1,7 @@
-"""prolog, task-prolog, preflight and gpus end to end: ``python -m clusterjob`` in a child,
-the unmodified pynvml over the stand-in libnvidia-ml.so.1, real site files. Exit codes and
-exact output lines are what slurmd, the job script and a person see."""
+"""prolog, task-prolog, preflight and gpus end to end (and the Epilog where it shares the
+Prolog's deadline): ``python -m clusterjob`` in a child, the unmodified pynvml over the
+stand-in libnvidia-ml.so.1, real site files. Exit codes and exact output lines are what
+slurmd, the job script and a person see."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.nvml
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHONPATH = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+HOOKS = ("prolog", "epilog")  # the root hooks whose exit status is a verdict on the node
 NODE = "gpu2"
 BUSES = ("0000:07:00.0", "0000:0b:00.0", "0000:48:00.0", "0000:4c:00.0")
 MIXED = ("A100", "A100", "V100", "V100")
@@ -148,6 +150,24 @@ class Node:
         return self.run(
             "prolog", "--site", str(self.site), "--cache-dir", str(self.cache), *extra, env=env
         )
+
+    def hook_args(self, kind: str) -> list[str]:
+        """``prolog`` or ``epilog`` and its arguments as the wrapper slurmd runs gives them;
+        the Epilog reads an empty kernel log of the test's, not this machine's."""
+        args = [kind, "--site", str(self.site), "--cache-dir", str(self.cache)]
+        if kind == "epilog":
+            kernel = self.tmp / "kern.log"
+            kernel.touch()
+            args += ["--kernel-log", str(kernel)]
+        return args
+
+    def hook(self, kind: str, *extra: str) -> subprocess.CompletedProcess:
+        """The Prolog, or the Epilog after a job given GPUs 2 and 3."""
+        return self.run(*self.hook_args(kind), *extra, env=self.hook_env(kind))
+
+    @staticmethod
+    def hook_env(kind: str) -> dict[str, str]:
+        return {"SLURM_JOB_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "2,3"} if kind == "epilog" else {}
 
     def log_records(self) -> list[dict]:
         return [json.loads(line) for line in self.log.read_text().splitlines()]
@@ -356,19 +376,26 @@ def test_prolog_nvml_unavailable_follows_policy(
     assert (rec["outcome"], rec["error"]) == ("error", "driver_not_loaded")
 
 
+HUNG = {
+    "prolog": "NVML: NVML did not answer within 2s: a GPU or the NVIDIA driver is hung (look "
+    "for Xid errors in dmesg)",
+    "epilog": "NVML did not answer within 2s (a hung GPU or driver: look for Xid errors in dmesg)",
+}
+
+
+@pytest.mark.parametrize("hook", HOOKS)
 @pytest.mark.parametrize(("on_error", "rc"), [("drain", 1), ("pass", 0)])
-def test_prolog_hung_gpu_ends_within_deadline(node: Node, on_error: str, rc: int) -> None:
+def test_hook_hung_gpu_ends_within_deadline(node: Node, hook: str, on_error: str, rc: int) -> None:
     node.setup(mixed(**{"1": {"hang_seconds": 60}}), on_error=on_error, deadline=2)
     start = time.monotonic()
-    done = node.prolog()
+    done = node.hook(hook)
     elapsed = time.monotonic() - start
     assert done.returncode == rc
-    assert elapsed < 8, f"prolog took {elapsed:.1f}s with a 2s deadline"
+    assert elapsed < 8, f"{hook} took {elapsed:.1f}s with a 2s deadline"
     verb = "draining" if on_error == "drain" else "passing"
     warn = "warning: " if on_error == "pass" else ""
     assert done.stderr.splitlines() == [
-        f"clusterjob prolog: {warn}gpu2: GPUs not checked: NVML: NVML did not answer within "
-        f"2s: a GPU or the NVIDIA driver is hung (look for Xid errors in dmesg) -- {verb} "
+        f"clusterjob {hook}: {warn}gpu2: GPUs not checked: {HUNG[hook]} -- {verb} "
         f"(on_error={on_error})"
     ]
 
@@ -437,29 +464,50 @@ def test_prolog_whose_early_fork_fails_still_checks_the_gpus(node: Node) -> None
     assert rec["outcome"] == "ok"
 
 
-def test_prolog_leaves_no_nvml_reader_behind_on_a_config_error(node: Node) -> None:
-    """A site file that cannot be read ends the Prolog before it asks for the NVML answer: the
+# What the hook had imported when it first forked: the Prolog starts its NVML reader first
+# thing; the Epilog reads the site before it starts one (None: it never forked).
+FORKED_AFTER = {"prolog": "[]", "epilog": "None"}
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_leaves_no_nvml_reader_behind_on_a_config_error(node: Node, hook: str) -> None:
+    """A site file that cannot be read ends the hook before it asks for the NVML answer: a
     reader started early (here hung in the driver) is killed, not left to the node."""
     node.setup(mixed(**{"1": {"hang_seconds": 60}}))
     node.site.write_text(node.site.read_text().replace("syntax: gres", "syntax: gress"))
     start = time.monotonic()
-    done = node.run(
-        "-c", WATCH_FORK, "prolog", "--site", str(node.site), "--cache-dir", str(node.cache)
-    )
+    done = node.run("-c", WATCH_FORK, *node.hook_args(hook), env=node.hook_env(hook))
     assert time.monotonic() - start < 20
-    # killed: reaped by the Prolog at once ("none") or a zombie left to its parent; a reader
+    # killed: reaped by the hook at once ("none") or a zombie left to its parent; a reader
     # left running would be "alive" (it hangs for 60 s)
     assert done.stdout.splitlines()[-1] in (
-        "RESULT 1 [] none",
-        "RESULT 1 [] killed by SIGKILL",
+        f"RESULT 1 {FORKED_AFTER[hook]} none",
+        f"RESULT 1 {FORKED_AFTER[hook]} killed by SIGKILL",
     ), done.stderr
     assert "GPUs not checked: site config:" in done.stderr
 
 
-def test_prolog_deadline_flag_overrides_policy(node: Node) -> None:
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_leaves_no_nvml_reader_behind_past_its_deadline(node: Node, hook: str) -> None:
+    """The NVML reader hung in the driver when the deadline ends the hook is killed with it:
+    the next job's hook would otherwise find the last one's reader still holding the GPU."""
+    node.setup(mixed(**{"1": {"hang_seconds": 60}}))
+    start = time.monotonic()
+    done = node.run(
+        "-c", WATCH_FORK, *node.hook_args(hook), "--deadline", "1", env=node.hook_env(hook)
+    )
+    assert time.monotonic() - start < 20
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("RESULT 1 "), done.stdout + done.stderr
+    assert last.endswith((" none", " killed by SIGKILL")), last
+    assert "did not answer within 1s" in done.stderr
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_deadline_flag_overrides_policy(node: Node, hook: str) -> None:
     node.setup(mixed(**{"0": {"hang_seconds": 60}}), deadline=30)
     start = time.monotonic()
-    done = node.prolog("--deadline", "1")
+    done = node.hook(hook, "--deadline", "1")
     assert time.monotonic() - start < 6
     assert done.returncode == 1
     assert "did not answer within 1s" in done.stderr

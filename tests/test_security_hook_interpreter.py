@@ -130,12 +130,9 @@ def test_a_root_owned_venv_is_accepted_and_named_by_the_wrappers(
     python, _ = root_venv
     wrappers = HookWrappers(root_tree / "slurm", python, site)
     install_wrappers(wrappers)
-    assert (
-        (root_tree / "slurm" / "clusterjob-prolog")
-        .read_text()
-        .splitlines()[-1]
-        .startswith(f"exec {python} -I -m clusterjob prolog")
-    )
+    for hook in ("prolog", "epilog"):  # the two that run as root
+        last = (root_tree / "slurm" / f"clusterjob-{hook}").read_text().splitlines()[-1]
+        assert last.startswith(f"exec {python} -I -m clusterjob {hook} "), last
 
 
 def test_a_venv_a_user_owns_is_refused_naming_it(
@@ -176,7 +173,9 @@ def test_the_review_case_check_reports_a_user_edited_package_and_does_not_run_it
     assert code == 1
 
 
-@pytest.mark.parametrize("handed_over", ["the package", "one module", "a .pth file"])
+@pytest.mark.parametrize(
+    "handed_over", ["the package", "one module", "the Epilog's module", "a .pth file"]
+)
 def test_a_piece_of_a_root_venv_a_user_may_write_is_refused(
     handed_over: str,
     site: Path,
@@ -189,6 +188,7 @@ def test_a_piece_of_a_root_venv_a_user_may_write_is_refused(
     piece = {
         "the package": site_packages / "clusterjob",
         "one module": site_packages / "clusterjob" / "node" / "prolog.py",
+        "the Epilog's module": site_packages / "clusterjob" / "node" / "epilog.py",
         "a .pth file": site_packages / "extra.pth",
     }[handed_over]
     if handed_over == "a .pth file":

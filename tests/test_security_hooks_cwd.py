@@ -1,6 +1,6 @@
-"""The sandbox's root Prolog and its node_command never run a ``clusterjob/`` package found in
-the working directory they were started from (the review planted one in a world-writable
-directory and had it run as root)."""
+"""The sandbox's root Prolog and Epilog and its node_command never run a ``clusterjob/``
+package found in the working directory they were started from (the review planted one in a
+world-writable directory and had it run as root)."""
 
 from __future__ import annotations
 
@@ -45,12 +45,16 @@ def run_wrapper(text: str, cwd: Path, marker: Path, *args: str) -> subprocess.Co
     )
 
 
-def test_root_prolog_wrapper_ignores_a_package_in_its_cwd(planted: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+def test_root_hook_wrapper_ignores_a_package_in_its_cwd(
+    planted: Path, tmp_path: Path, hook: str
+) -> None:
     marker = tmp_path / "ran-as"
-    layout = Layout(tmp_path / "state")
-    done = run_wrapper(config.prolog_script(layout), planted, marker)
+    wrappers = config.hook_wrappers(Layout(tmp_path / "state"))
+    text = {"prolog": wrappers.prolog_text, "epilog": wrappers.epilog_text}[hook]()
+    done = run_wrapper(text, planted, marker)
     assert not marker.exists(), f"planted package ran as uid {marker.read_text()}"
-    assert done.stderr.startswith("clusterjob prolog: "), done.stderr  # the real one ran
+    assert done.stderr.startswith(f"clusterjob {hook}: "), done.stderr  # the real one ran
 
 
 def test_node_command_ignores_a_package_in_the_jobs_cwd(planted: Path, tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """Attacks on the root Prolog by an ordinary user, each reproduced against a real file tree.
 
 Run as root (the Prolog's user); the attacker is a real unprivileged Unix user created for the
-test. Each test names the finding of the security review it covers.
+test. Each test names the finding of the security review it covers. The Epilog runs as root
+after every job with the same site file, cache and log rules: each attack on those is run
+against both hooks.
 """
 
 from __future__ import annotations
@@ -53,14 +55,24 @@ def user() -> Iterator[UnixUser]:
         yield u
 
 
-def prolog(
-    *args: str, umask: int | None = None, timeout: float = 60
+@pytest.fixture(params=["prolog", "epilog"])
+def hook(request: pytest.FixtureRequest) -> str:
+    """The root hooks that read the site file, fill the cache and append to a log."""
+    return str(request.param)
+
+
+def run_hook(
+    hook: str, *args: str, umask: int | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """``clusterjob prolog`` as slurmd runs it; no NVML library here, so on a trusted config
-    it cannot check the GPUs and applies the site's ``on_error``."""
+    """``clusterjob prolog`` or ``epilog`` as slurmd runs it; no NVML library here, so on a
+    trusted config it cannot check the GPUs and applies the site's ``on_error`` (the Epilog
+    asks NVML only after a job given GPUs: this one had GPU 0)."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "gpu2"}
+    if hook == "epilog":
+        env["SLURM_JOB_GPUS"] = "0"
     return subprocess.run(
-        [sys.executable, "-m", "clusterjob", "prolog", *args],
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "gpu2"},
+        [sys.executable, "-m", "clusterjob", hook, *args],
+        env=env,
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -109,7 +121,7 @@ def test_symlink_in_a_trusted_dir_is_followed_and_its_target_checked(tree: Path)
 
 
 def test_user_swapping_a_symlink_never_gets_root_to_load_their_config(
-    tree: Path, user: UnixUser
+    tree: Path, user: UnixUser, hook: str
 ) -> None:
     """The review's race: a user flips a symlink between root's file and their own while the
     Prolog checks one and (before) parsed the other. No run may ever use the user's policy."""
@@ -144,7 +156,8 @@ def test_user_swapping_a_symlink_never_gets_root_to_load_their_config(
     try:
         outcomes = []
         for _ in range(40):
-            done = prolog(
+            done = run_hook(
+                hook,
                 "--site",
                 str(link),
                 "--cache-dir",
@@ -161,31 +174,36 @@ def test_user_swapping_a_symlink_never_gets_root_to_load_their_config(
     assert all(code == 1 for code, _ in outcomes)
 
 
-def test_config_read_is_the_file_checked(tree: Path) -> None:
+def test_config_read_is_the_file_checked(tree: Path, hook: str) -> None:
     """The parse comes from the checked descriptor: a config root owns is parsed and cached
     under that file's identity; replacing the name afterwards is a cache miss, not a hit."""
     site = write(tree / "etc" / "site.yaml", GOOD)
     cache = tree / "cache"
-    first = prolog("--site", str(site), "--cache-dir", str(cache), "--log", str(tree / "p.jsonl"))
+    first = run_hook(
+        hook, "--site", str(site), "--cache-dir", str(cache), "--log", str(tree / "p.jsonl")
+    )
     assert "on_error=drain" in first.stderr and first.returncode == 1
     (entry,) = cache.iterdir()
     assert stat.S_IMODE(entry.stat().st_mode) == 0o644
     write(tree / "etc" / "new.yaml", EVIL)
     os.replace(tree / "etc" / "new.yaml", site)  # root's own edit: must be seen at once
-    second = prolog("--site", str(site), "--cache-dir", str(cache), "--log", str(tree / "p.jsonl"))
+    second = run_hook(
+        hook, "--site", str(site), "--cache-dir", str(cache), "--log", str(tree / "p.jsonl")
+    )
     assert "on_error=pass" in second.stderr and second.returncode == 0
 
 
 # -- 2. the log: trusted path, no FIFO, no symlinked parent, inside the deadline -------------
 
 
-def test_fifo_at_the_log_path_does_not_hold_the_prolog(tree: Path) -> None:
+def test_fifo_at_the_log_path_does_not_hold_the_hook(tree: Path, hook: str) -> None:
     site = write(tree / "etc" / "site.yaml", GOOD)
     (tree / "log").mkdir()
     fifo = tree / "log" / "prolog.jsonl"
     os.mkfifo(fifo, 0o644)
     start = time.monotonic()
-    done = prolog(
+    done = run_hook(
+        hook,
         "--site",
         str(site),
         "--cache-dir",
@@ -202,7 +220,9 @@ def test_fifo_at_the_log_path_does_not_hold_the_prolog(tree: Path) -> None:
     assert f"cannot write log {fifo}" in line
 
 
-def test_log_is_not_written_through_a_users_symlinked_dir(tree: Path, user: UnixUser) -> None:
+def test_log_is_not_written_through_a_users_symlinked_dir(
+    tree: Path, user: UnixUser, hook: str
+) -> None:
     site = write(tree / "etc" / "site.yaml", GOOD)
     victim = tree / "victim"
     victim.mkdir()
@@ -211,18 +231,19 @@ def test_log_is_not_written_through_a_users_symlinked_dir(tree: Path, user: Unix
     os.chown(users, user.uid, user.gid)  # a directory the user owns on the log's path
     (users / "logs").symlink_to(victim)
     log = users / "logs" / "prolog.jsonl"
-    done = prolog("--site", str(site), "--cache-dir", str(tree / "c"), "--log", str(log))
+    done = run_hook(hook, "--site", str(site), "--cache-dir", str(tree / "c"), "--log", str(log))
     assert done.returncode == 1
     assert list(victim.iterdir()) == []
     assert f"cannot write log {log}" in done.stderr
 
 
-def test_log_hard_link_to_another_file_is_not_appended_to(tree: Path) -> None:
+def test_log_hard_link_to_another_file_is_not_appended_to(tree: Path, hook: str) -> None:
     site = write(tree / "etc" / "site.yaml", GOOD)
     precious = write(tree / "precious", "keep\n", 0o644)
     (tree / "log").mkdir()
     os.link(precious, tree / "log" / "prolog.jsonl")
-    prolog(
+    run_hook(
+        hook,
         "--site",
         str(site),
         "--cache-dir",
@@ -236,23 +257,34 @@ def test_log_hard_link_to_another_file_is_not_appended_to(tree: Path) -> None:
 # -- 3. the cache dir: made 0755 whatever the umask; a user's cache dir is not a drain -------
 
 
-def test_cache_parents_are_made_0755_under_umask_0(tree: Path) -> None:
+def test_cache_parents_are_made_0755_under_umask_0(tree: Path, hook: str) -> None:
     site = write(tree / "etc" / "site.yaml", GOOD)
     cache = tree / "var" / "cache" / "clusterjob"
-    prolog("--site", str(site), "--cache-dir", str(cache), "--log", str(tree / "p.jsonl"), umask=0)
+    run_hook(
+        hook,
+        "--site",
+        str(site),
+        "--cache-dir",
+        str(cache),
+        "--log",
+        str(tree / "p.jsonl"),
+        umask=0,
+    )
     for d in (tree / "var", tree / "var" / "cache", cache):
         assert stat.S_IMODE(d.stat().st_mode) == 0o755, d
     assert len(list(cache.iterdir())) == 1
 
 
 def test_cache_dir_made_first_by_a_user_neither_drains_nor_is_believed(
-    tree: Path, user: UnixUser
+    tree: Path, user: UnixUser, hook: str
 ) -> None:
     site = write(tree / "etc" / "site.yaml", EVIL.replace("site: evil", "site: lab"))  # pass
     cache = tree / "cache"
     cache.mkdir()
     os.chown(cache, user.uid, user.gid)
-    done = prolog("--site", str(site), "--cache-dir", str(cache), "--log", str(tree / "p.jsonl"))
+    done = run_hook(
+        hook, "--site", str(site), "--cache-dir", str(cache), "--log", str(tree / "p.jsonl")
+    )
     assert done.returncode == 0, done.stderr  # the site's on_error=pass, not a cache refusal
     assert (
         f"cache not used: refusing {cache}: directory {cache} is owned by uid {user.uid}"
@@ -273,12 +305,13 @@ def test_huge_gpu_index_lists_are_refused_not_expanded() -> None:
     assert parse_index_list(f"0-{MAX_INDICES - 1}") == tuple(range(MAX_INDICES))
 
 
-def test_cpu_bound_stall_past_the_deadline_is_ended_by_the_backstop() -> None:
+def test_cpu_bound_stall_past_the_deadline_is_ended_by_the_backstop(hook: str) -> None:
     """A C-level loop never lets Python's SIGALRM handler run; the CPU-time backstop ends it."""
+    run_class = {"prolog": "PrologRun", "epilog": "EpilogRun"}[hook]
     code = textwrap.dedent(
-        """
-        from clusterjob.node.prolog import PrologRun
-        run = PrologRun(node="gpu2", job_id=None, log_override="/dev/null", deadline_override=1)
+        f"""
+        from clusterjob.node.{hook} import {run_class}
+        run = {run_class}(node="gpu2", job_id=None, log_override="/dev/null", deadline_override=1)
         run.arm_alarm()
         sum(range(10**12))  # one C call: no bytecode boundary for the Python handler
         """
