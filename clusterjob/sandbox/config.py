@@ -400,6 +400,12 @@ def slurm_conf(
         "KillWait=5",
         "InactiveLimit=0",
         "SlurmdTimeout=120",
+        # A Prolog still running after MessageTimeout - 2 s has slurmd write "Prolog hung on
+        # node" into the job's output (it goes on waiting); on a loaded 2-core machine the
+        # Python Prolog took longer than the default 10 s allows, and a job's output read
+        # wrong. 30 s: longer than the Prolog's own deadline (the site's deadline_seconds,
+        # 20 s here), so a Prolog that runs to its deadline is never reported hung.
+        "MessageTimeout=30",
         "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/slurmdbd",
         "AccountingStorageHost=localhost",
