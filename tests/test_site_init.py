@@ -18,6 +18,7 @@ from clusterjob.site.compare import compare_sites
 from clusterjob.site.init import (
     ClusterFacts,
     SlotPlan,
+    apply_probes,
     describe,
     init_site,
     probe_nodes,
@@ -31,6 +32,7 @@ from clusterjob.site.modelnames import autodetected_nvml_name, guess_mig, known_
 from clusterjob.site.nodeprobe import (
     ProbedGpu,
     ProbeJobs,
+    ProbeOutcome,
     gpu_option,
     node_configurations,
     pick_node,
@@ -711,6 +713,39 @@ def test_a_probe_answer_that_is_not_slurms_gres_is_not_used() -> None:
     assert got is None and "NVML shows 1 GPUs (A100), Slurm's Gres 2 (A100, A100)" in why
     got, _, why = slots_from_probe(slots, [ProbedGpu("Tesla T4", "0000:07:00.0")] * 2, nvml)
     assert got is None and "'Tesla T4' is no model" in why
+
+
+def test_untyped_gpus_that_nvml_tells_apart_get_a_model_each() -> None:
+    """lonestar6's shape: A100 and H100 nodes, both untyped `gpu:N` with no feature, are one
+    model to Slurm; the probe reads two NVML names, and the H100 nodes get a model of their
+    own (c3, another configuration of c2's layout, joins it), bus IDs and all."""
+    facts = facts_of(
+        "NodeName=c1 CPUTot=16 RealMemory=64000 State=IDLE Gres=gpu:3 Partitions=a100\n"
+        "NodeName=c2 CPUTot=16 RealMemory=64000 State=IDLE Gres=gpu:2 Partitions=h100\n"
+        "NodeName=c3 CPUTot=32 RealMemory=64000 State=IDLE Gres=gpu:2 Partitions=h100\n",
+        "PartitionName=a100 Default=YES Nodes=c1\nPartitionName=h100 Nodes=c[2-3]\n",
+        "ClusterName = ls\n",
+    )
+    a100 = [ProbedGpu("NVIDIA A100-PCIE-40GB", f"0000:{b}:00.0") for b in ("06", "41", "81")]
+    h100 = [ProbedGpu("NVIDIA H100 PCIe", f"0000:{b}:00.0") for b in ("41", "c1")]
+    configs = node_configurations(facts.nodes, gpu_layouts(facts.nodes))
+    assert [c.hostlist for c in configs] == ["c1", "c2", "c3"]
+    outcomes = [
+        ProbeOutcome(c, c.nodes[0], str(100 + i), tuple(a100 if c.nodes == ("c1",) else h100))
+        for i, c in enumerate(configs)
+    ]
+    plan = apply_probes(describe(facts).plan, outcomes)
+    assert plan.not_probed == []
+    site, issues = validate_text(render(plan))
+    assert site is not None, issues
+    assert [(m.name, m.nvml_names) for m in site.models] == [
+        ("GPU", ("NVIDIA A100-PCIE-40GB",)),
+        ("GPU-2", ("NVIDIA H100 PCIe",)),
+    ]
+    for node, model, gpus in (("c1", "GPU", a100), ("c2", "GPU-2", h100), ("c3", "GPU-2", h100)):
+        slots = site.node_map.gpus(node) or ()
+        assert [(g.model, g.bus_id) for g in slots] == [(model, g.bus_id) for g in gpus], node
+    assert [e.nodes for e in plan.node_map] == ["c1", "c[2-3]"]
 
 
 def test_a_probe_job_the_prolog_refused_is_cancelled_at_once(

@@ -902,6 +902,53 @@ def slots_from_probe(
     return tuple(out), learned, ""
 
 
+def _unnamed_models(models: Sequence[ModelPlan]) -> dict[str, str]:
+    """Each NVIDIA model Slurm names by no GRES type and whose NVML name is unknown, as
+    {model: the model it was split from} (itself, so far; see ``_own_model``)."""
+    return {
+        m.name: m.name
+        for m in models
+        if m.gres_type is None
+        and m.vendor == "nvidia"
+        and m.nvml_names
+        and all(_placeholder(n) for n in m.nvml_names)
+    }
+
+
+def _own_model(
+    slots: Sequence[SlotPlan],
+    gpus: Sequence[ProbedGpu],
+    models: Sequence[ModelPlan],
+    unnamed: dict[str, str],
+) -> tuple[tuple[SlotPlan, ...], ModelPlan | None]:
+    """Slurm's GRES tells some GPUs apart by no name (untyped, no feature naming a GPU: the
+    A100 and H100 nodes of a site are one model to it), NVML does: a probe that reads another
+    NVML name than the one the slots' model learned on other nodes puts the slots under a
+    model of that name, an earlier one split from the same model or a new one (returned)."""
+    held = {s.model for s in slots}
+    read = {g.nvml_name.casefold(): g.nvml_name for g in gpus}
+    if len(held) != 1 or len(read) != 1 or not held <= unnamed.keys():
+        return tuple(slots), None
+    (name,), (nvml_name,) = held, read.values()
+    by_name = {m.name: m for m in models}
+    if any(_placeholder(n) or n.casefold() in read for n in by_name[name].nvml_names):
+        return tuple(slots), None  # it learns this name, or has learned it
+    origin = unnamed[name]
+    for m in models:
+        if unnamed.get(m.name) == origin and any(n.casefold() in read for n in m.nvml_names):
+            return tuple(replace(s, model=m.name) for s in slots), None
+    taken = {m.name.casefold() for m in models}
+    new = replace(
+        by_name[origin],
+        name=_unique_name(origin, taken, origin),
+        nvml_names=[nvml_name],
+        aliases=[],
+        note=f"GUESS: untyped GPU GRES like {origin}'s, but NVML name {nvml_name!r} read by a "
+        f"probe job: Slurm tells these GPUs from {origin}'s by no name",
+    )
+    return tuple(replace(s, model=new.name) for s in slots), new
+
+
 def apply_probes(plan: SitePlan, outcomes: Sequence[ProbeOutcome]) -> SitePlan:
     """The plan with the probe jobs' answers: nodes of one configuration share one node map
     entry with the bus IDs read on one of them; what was not probed keeps Slurm's slots and
@@ -909,6 +956,7 @@ def apply_probes(plan: SitePlan, outcomes: Sequence[ProbeOutcome]) -> SitePlan:
     models = [replace(m, nvml_names=list(m.nvml_names)) for m in plan.models]
     nvml = {m.name: m.nvml_names for m in models}
     owned = {n.casefold(): m.name for m in models for n in m.nvml_names if not _placeholder(n)}
+    unnamed = _unnamed_models(models)
     entries: list[NodeEntryPlan] = []
     not_probed: list[str] = []
     for index, entry in enumerate(plan.node_map):
@@ -916,7 +964,17 @@ def apply_probes(plan: SitePlan, outcomes: Sequence[ProbeOutcome]) -> SitePlan:
         for o in (o for o in outcomes if o.config.layout == index):
             slots, why = None, o.reason
             if o.gpus is not None:
-                slots, learned, why = slots_from_probe(entry.slots, o.gpus, nvml)
+                mine, new = _own_model(entry.slots, o.gpus, models, unnamed)
+                if new is not None and new.nvml_names[0].casefold() in owned:
+                    mine, new = entry.slots, None  # another model's NVML name: not guessed
+                slots, learned, why = slots_from_probe(
+                    mine, o.gpus, {**nvml, **({new.name: new.nvml_names} if new else {})}
+                )
+                if slots is not None and new is not None:
+                    models.append(new)
+                    nvml[new.name] = new.nvml_names
+                    owned[new.nvml_names[0].casefold()] = new.name
+                    unnamed[new.name] = unnamed[entry.slots[0].model]
                 if any(owned.get(n.casefold(), m) != m for m, n in learned.items()):
                     slots, why = None, "its NVML names belong to other models here"
                 for model, name in learned.items():
@@ -940,7 +998,8 @@ def apply_probes(plan: SitePlan, outcomes: Sequence[ProbeOutcome]) -> SitePlan:
         if (
             m.nvml_names
             and not any(_placeholder(n) for n in m.nvml_names)
-            and (m.nvml_names != next(p.nvml_names for p in plan.models if p.name == m.name))
+            and m.nvml_names
+            != next((p.nvml_names for p in plan.models if p.name == m.name), m.nvml_names)
         ):
             m.note += f"; NVML name {m.nvml_names[0]!r} read by a probe job"
     probed = len(outcomes) - len(not_probed)

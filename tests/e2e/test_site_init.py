@@ -1,7 +1,9 @@
 """`clusterjob site init` on real clusters: the local one and clusters shaped like shipped
 site files (`sandbox up --like`) give back the site's models (by GRES type, or node feature
 for untyped GPUs), partitions with their time limits and default, the models in each
-partition, QoS limits and the type rule, on the fields the shaped cluster really carries."""
+partition, QoS limits and the type rule, on the fields the shaped cluster really carries;
+with --probe, one job per node configuration gives back the node map's models in PCI bus
+order, with their bus IDs."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import hostlist
 import pytest
+from shipped_sites import slurm_site_names
 from trusted_tree import trusted_tmp_dir
 
 from clusterjob import resources
@@ -24,7 +27,7 @@ from clusterjob.sandbox.config import ClusterShape, Layout
 from clusterjob.sandbox.shape import shape_of
 from clusterjob.site.compare import model_key, partition_models
 from clusterjob.site.loader import load_site
-from clusterjob.site.model import Site
+from clusterjob.site.model import GpuModel, Site
 from clusterjob.site.nodeprobe import JOB_NAME, node_configurations
 from clusterjob.slurm.describe import gpu_layouts
 from clusterjob.slurm.parse import parse_scontrol_nodes
@@ -36,8 +39,9 @@ pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "examples" / "train.py")
-# Every shipped site, and qoslab: mllab with QoS limits (no shipped site has a qos: section).
-SITES = (*sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml")), "qoslab")
+# Every shipped Slurm site, and qoslab: mllab with QoS limits (no shipped site has a qos:
+# section). A Grid Engine example has no Slurm sandbox to be initialised from.
+SITES = (*slurm_site_names(), "qoslab")
 QOS = """
 qos:
   debug: {max_time: "01:00:00", max_nodes: 1, max_gpus_per_job: 2}
@@ -105,8 +109,31 @@ def described(init: Site, shape: ClusterShape, qos: set[str]) -> dict[str, objec
     }
 
 
-def _init(env: dict[str, str], out: Path) -> Site:
-    done = _cli("site", "init", "--probe-syntax", "--out", str(out), env=env)
+def node_slots(site: Site, node: str) -> list[tuple[tuple[str, str], str | None]]:
+    """A node's node-map slots as (what selects the slot's model, bus ID), which a site and
+    the one ``site init --probe`` wrote share: the model's GRES type or node feature, else
+    (an untyped GPU Slurm knows by no name) the NVML name the stand-in reports and the probe
+    job reads, its model's first. Which GPU holds which MIG slice init guesses: not compared."""
+
+    def selects(model: GpuModel) -> tuple[str, str]:
+        if model.gres_type or model.constraint:
+            return model_key(model)
+        return ("NVML name", model.nvml_names[0].casefold() if model.nvml_names else "")
+
+    return [
+        (selects(site.model_by_name(g.model)), g.bus_id) for g in site.node_map.gpus(node) or ()
+    ]
+
+
+def nvml_sees(site: Site, node: str) -> bool:
+    return all(
+        site.model_by_name(g.model).vendor == "nvidia" for g in site.node_map.gpus(node) or ()
+    )
+
+
+def _init(env: dict[str, str], out: Path, *probe: str) -> Site:
+    """``site init`` with ``--probe-syntax``, or the ``probe`` options given."""
+    done = _cli("site", "init", *(probe or ["--probe-syntax"]), "--out", str(out), env=env)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and out.is_file()
     return load_site(out)
@@ -154,12 +181,24 @@ def test_init_on_a_cluster_shaped_like_a_site_gives_it_back(
     )  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr
-        env = dict(os.environ, **cluster.client_env(state))
+        env = dict(os.environ, **cluster.client_env(state), CLUSTERJOB_DATA_DIR=str(trusted))
         env.pop("CLUSTERJOB_SITE", None)
-        init = _init(env, trusted / "init.yaml")
+        out = trusted / "init.yaml"
+        # --probe: one job per node configuration reads its PCI bus order into the node map
+        init = _init(env, out, "--probe", "--probe-timeout", "120")
         site = load_site(path)
         shape = shape_of(Layout(state))
         assert described(init, shape, {q.name for q in site.qos}) == carried(site, shape)
+        text = out.read_text()
+        for node in (n.name for n in shape.nodes if n.mapped):
+            want = node_slots(site, node)
+            if not nvml_sees(site, node):
+                # NVML does not see AMD GPUs (lumi's MI250X): the probe job reads none, so the
+                # node keeps Slurm's count of GPUs, without bus IDs, and is listed not probed
+                assert [bus for _, bus in node_slots(init, node)] == [None] * len(want)
+                assert f"# Not probed (no bus IDs): {node}: job " in text, text
+                continue
+            assert node_slots(init, node) == want, (node, text)
     finally:
         _cli("sandbox", "down", "--state-dir", str(state), "--purge", env=dict(os.environ))
     assert cluster.status(sandbox.state_dir).up  # the running one was not disturbed
@@ -259,9 +298,10 @@ def test_a_job_runs_on_a_cluster_without_a_site_file(sandbox: Sandbox, trusted: 
                CLUSTERJOB_STATUS_CACHE_SECONDS="0")  # fmt: skip
     for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "CLUSTERJOB_SITE"):
         env.pop(name, None)
+    # the headline command, as is
     done = subprocess.run(
-        [sys.executable, "-m", "clusterjob", "submit", TRAIN, "--gpus", "2", "--model", "A100",
-         "--time", "0:05:00"], capture_output=True, text=True, timeout=300, env=env, cwd=trusted,
+        [sys.executable, "-m", "clusterjob", "submit", TRAIN, "--gpus", "2", "--model", "A100"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=trusted,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     waited = _cli("wait", "last", "--timeout", "240", env=env)
@@ -269,4 +309,13 @@ def test_a_job_runs_on_a_cluster_without_a_site_file(sandbox: Sandbox, trusted: 
     assert waited.returncode == 0, (waited.stdout, waited.stderr, logs)
     status = _cli("status", "last", "--json", env=env)
     assert '"COMPLETED"' in status.stdout, status.stdout
-    assert re.search(r"^preflight (gpu[1-3]|mig1): OK \(", logs, re.M), logs
+    # the preflight table: the two A100s it was given, checked against the description's
+    # model (its default partition holds gpu1 and gpu2)
+    assert re.search(r"^SLOT\s+BUS ID\s+EXPECTED\s+FOUND\s+STATUS$", logs, re.M), logs
+    allocated = [ln for ln in logs.splitlines() if re.match(r"^\d+\* ", ln)]
+    assert len(allocated) == 2, logs
+    for line in allocated:
+        assert re.search(r"\bA100\s+NVIDIA A100-SXM4-80GB \(A100\)\s+ok$", line), line
+    assert re.search(r"^preflight gpu[12]: OK \(", logs, re.M), logs
+    described = home / ".cache" / "clusterjob" / "described" / "sandbox.yaml"
+    assert described.is_file() and f"wrote to {described}" in done.stderr
