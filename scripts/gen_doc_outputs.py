@@ -8,10 +8,14 @@ Run where the local cluster is up (`clusterjob sandbox up`). Each page's ```` ``
 commands run in order, as tests/e2e/test_docs_blocks.py runs them (one shell, a scratch
 directory holding `examples/` and `site_configs/`, a registry of their own), and the output
 of each command named in OUTPUTS replaces the lines under its `$ ` line in the page (its
-first occurrence). What varies from run to run is normalised before comparing: digits (job
-ids, times, dates, node numbers, free GPUs), the job token, runs of spaces (columns widen
-with the ids), and the paths of this checkout and the scratch directory, which the pages show
-as /home/you/... . tests/e2e/test_docs_blocks.py runs `check` on the local cluster.
+first occurrence; a command named twice, its first two). What varies from run to run is
+normalised before comparing: digits (job ids, times, dates, node numbers, free GPUs, pids),
+the job token, runs of spaces (columns widen with the ids), where Slurm ran a job (a node
+range such as gpu[1-2], the GPU slots the preflight table marks), the state and drain reason
+of the nodes `sandbox status` lists (what the cluster's jobs left them in), and this machine's
+name and the paths of this checkout and the scratch directory, which the pages show as a
+reader's (your-machine, /home/you/...). tests/e2e/test_docs_blocks.py runs `check` on the
+local cluster.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import difflib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,15 +36,28 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from doc_blocks import SHELLS, all_blocks, commands  # noqa: E402
 
-# page -> the commands whose output the page shows, as written after `$ `.
+from clusterjob.envvars import SANDBOX_DIR  # noqa: E402
+
+# page -> the commands whose output the page shows, as written after `$ `, in the page's
+# order; a command named a second time stands for its second occurrence on the page.
 OUTPUTS: dict[str, tuple[str, ...]] = {
-    "docs/getting-started/local-cluster.md": ("clusterjob site show",),
+    "docs/getting-started/local-cluster.md": ("clusterjob sandbox status", "clusterjob site show"),
     "docs/getting-started/researcher.md": (
         "clusterjob submit examples/train.py --gpus 1 --model A100 --dry-run",
         "clusterjob submit examples/train.py --gpus 2 --model a100 --json",
         "clusterjob wait last --timeout 300",
         "clusterjob status last",
+        "clusterjob logs last",
+        "clusterjob show last",
+        "clusterjob status last --json",
+        "clusterjob submit examples/train.py --gpus 1 --model A100 --test-only",
         "clusterjob avail --model A100",
+        # the sweep: an array of four tasks
+        "clusterjob submit examples/train.py --gpus 1 --model V100 --sweep lr=1e-4,3e-4 "
+        "--sweep bs=32,64",
+        "clusterjob wait last --timeout 300",
+        "clusterjob status last --tasks",
+        "clusterjob logs last --task 3",
     ),
     "docs/getting-started/site-admin.md": (
         "clusterjob site validate site_configs/mllab.yaml site_configs/hpccentre.yaml "
@@ -52,19 +70,24 @@ SHOWN_BIN = "/home/you/.venv/bin"
 SHOWN_WORK = "/home/you/project"
 SHOWN_DATA = "/home/you/.local/share/clusterjob"  # the default data dir
 SHOWN_SANDBOX = "/var/lib/clusterjob-sandbox"
+SHOWN_HOST = "your-machine"  # the local cluster's nodes run on the reader's machine
+# A command and which of its occurrences on the page (0: the first).
+Shown = tuple[str, int]
 
 
 @dataclass(frozen=True)
 class Run:
-    """Where a page's commands ran: the paths its outputs are made readable from."""
+    """Where a page's commands ran: the paths and host name its outputs are made readable
+    from."""
 
     bin_dir: Path
     work: Path
     data: Path
     sandbox: Path
+    host: str = field(default_factory=socket.gethostname)
 
     def shown(self, text: str) -> str:
-        """The output as the page shows it: this machine's paths replaced."""
+        """The output as the page shows it: this machine's paths and name replaced."""
         for here, shown in (
             (self.work, SHOWN_WORK),
             (self.data, SHOWN_DATA),
@@ -72,11 +95,21 @@ class Run:
             (self.sandbox, SHOWN_SANDBOX),
         ):
             text = text.replace(str(here.resolve()), shown).replace(str(here), shown)
+        # `sandbox status` names how its state dir was chosen: a reader's is the default one.
+        text = text.replace(f"({SANDBOX_DIR})", "(the default)")
+        if self.host and self.host != "localhost":  # a whole name, never part of a word
+            text = re.sub(rf"(?<![\w.-]){re.escape(self.host)}(?![\w-])", SHOWN_HOST, text)
         return text
 
 
 def normalised(text: str) -> str:
     """What must stay the same from run to run."""
+    # `sandbox status`: a node's state and drain reason are what the cluster's jobs left
+    text = re.sub(r"^(node \S+ +)\S+(?:  reason: .*)?$", r"\1STATE", text, flags=re.M)
+    # where Slurm ran a job, which the cluster's other jobs decide: its nodes (a range of them,
+    # gpu[1-2], as one) and its GPUs' slots (the preflight table's `*`)
+    text = re.sub(r"\[[\d,-]+\]", "0", text)
+    text = re.sub(r"^(\s*\d+)\*", r"\1", text, flags=re.M)
     text = re.sub(r"\b[0-9a-f]{16}\b", "TOKEN", text)
     text = re.sub(r"\d+", "0", text)
     return "\n".join(re.sub(r"[ \t]+", " ", line).strip() for line in text.strip().splitlines())
@@ -117,30 +150,49 @@ def run_page(page: Path, env: dict[str, str], work: Path) -> list[tuple[str, int
     return results
 
 
-def _output_span(lines: list[str], command: str) -> tuple[int, int]:
-    """The line range under the first `$ command` of the page: up to the next command or
+def wanted(page: Path) -> list[Shown]:
+    """The outputs OUTPUTS names for the page: each command with its occurrence."""
+    seen: dict[str, int] = {}
+    found = []
+    for command in OUTPUTS[page.relative_to(ROOT).as_posix()]:
+        found.append((command, seen.get(command, 0)))
+        seen[command] = seen.get(command, 0) + 1
+    return found
+
+
+def describe(shown: Shown) -> str:
+    command, n = shown
+    return f"`{command}`" + (f" (occurrence {n + 1} on the page)" if n else "")
+
+
+def _output_span(lines: list[str], shown: Shown) -> tuple[int, int]:
+    """The line range under the command's occurrence on the page: up to the next command or
     the end of its block."""
-    start = lines.index(f"$ {command}") + 1
+    command, n = shown
+    starts = [i for i, line in enumerate(lines) if line == f"$ {command}"]
+    if n >= len(starts):
+        raise ValueError(f"`$ {command}` is on the page {len(starts)} time(s), not {n + 1}")
+    start = starts[n] + 1
     end = start
     while end < len(lines) and not lines[end].startswith(("$ ", "```")):
         end += 1
     return start, end
 
 
-def page_outputs(page: Path) -> dict[str, str]:
+def page_outputs(page: Path) -> dict[Shown, str]:
     lines = page.read_text(encoding="utf-8").splitlines()
     found = {}
-    for command in OUTPUTS[page.relative_to(ROOT).as_posix()]:
-        start, end = _output_span(lines, command)
-        found[command] = "\n".join(lines[start:end])
+    for shown in wanted(page):
+        start, end = _output_span(lines, shown)
+        found[shown] = "\n".join(lines[start:end])
     return found
 
 
-def with_outputs(page: Path, outputs: dict[str, str]) -> str:
+def with_outputs(page: Path, outputs: dict[Shown, str]) -> str:
     text = page.read_text(encoding="utf-8")
     lines = text.splitlines()
-    for command, output in outputs.items():
-        start, end = _output_span(lines, command)
+    for shown, output in outputs.items():
+        start, end = _output_span(lines, shown)
         lines[start:end] = output.rstrip("\n").splitlines()
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
@@ -155,7 +207,7 @@ def environment(data_dir: Path, sandbox: Path) -> dict[str, str]:
     return env
 
 
-def capture(page: Path, scratch: Path, sandbox: Path) -> tuple[dict[str, str], Run]:
+def capture(page: Path, scratch: Path, sandbox: Path) -> tuple[dict[Shown, str], Run]:
     """Run the page's commands; the outputs of those OUTPUTS names, as the page shows them."""
     work = scratch / "work"
     work.mkdir(parents=True)
@@ -163,35 +215,38 @@ def capture(page: Path, scratch: Path, sandbox: Path) -> tuple[dict[str, str], R
         shutil.copytree(ROOT / tree, work / tree)
     env = environment(scratch / "data", sandbox)
     run = Run(Path(sys.executable).parent, work, scratch / "data", sandbox)
-    wanted = OUTPUTS[page.relative_to(ROOT).as_posix()]
-    outputs: dict[str, str] = {}
+    named = set(wanted(page))
+    seen: dict[str, int] = {}
+    outputs: dict[Shown, str] = {}
     for text, rc, output in run_page(page, env, work):
-        if text in wanted and text not in outputs:
+        shown = (text, seen.get(text, 0))
+        seen[text] = shown[1] + 1
+        if shown in named:
             if rc != 0:
-                raise RuntimeError(f"{page.name}: `{text}` exited {rc}:\n{output}")
-            outputs[text] = run.shown(output)
-    missing = set(wanted) - set(outputs)
+                raise RuntimeError(f"{page.name}: {describe(shown)} exited {rc}:\n{output}")
+            outputs[shown] = run.shown(output)
+    missing = named - set(outputs)
     if missing:
         raise RuntimeError(f"{page.name}: no such commands ran: {sorted(missing)}")
     return outputs, run
 
 
-def differences(page: Path, outputs: dict[str, str]) -> list[str]:
+def differences(page: Path, outputs: dict[Shown, str]) -> list[str]:
     """Each command whose output on the page differs (normalised) from what it printed."""
-    shown = page_outputs(page)
+    on_page = page_outputs(page)
     found = []
-    for command, output in outputs.items():
-        if normalised(shown[command]) != normalised(output):
+    for shown, output in outputs.items():
+        if normalised(on_page[shown]) != normalised(output):
             diff = "\n".join(
                 difflib.unified_diff(
-                    shown[command].splitlines(),
+                    on_page[shown].splitlines(),
                     output.splitlines(),
                     "the page",
                     "printed now",
                     lineterm="",
                 )  # fmt: skip
             )
-            found.append(f"{page.relative_to(ROOT)}: `{command}`:\n{diff}")
+            found.append(f"{page.relative_to(ROOT)}: {describe(shown)}:\n{diff}")
     return found
 
 
