@@ -21,15 +21,14 @@ from clusterjob import resources
 from clusterjob.errors import ConfigError, UsageError
 from clusterjob.jobscript.interpreter import Interpreter
 from clusterjob.jobscript.render import (
-    _ENVIRONMENT_KEY,
     TemplateRecord,
     comment_text,
     default_node_command,
     render,
-    template_environment,
     template_value,
 )
 from clusterjob.jobscript.request import JobRequest, resolve
+from clusterjob.jobscript.template_env import _ENVIRONMENT_KEY, template_environment
 
 
 def job(site=GRES_SITE, **kw: object):

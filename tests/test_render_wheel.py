@@ -87,3 +87,21 @@ def test_wheel_renders_a_dry_run_outside_the_repository(tmp_path: Path) -> None:
     site_file = installed.parent / "_data" / "site_configs" / "hpccentre.yaml"
     assert f"export CLUSTERJOB_SITE={site_file}" in lines
     assert 'exec "$python" train.py --lr 3e-4' in lines
+    # The installed wheel renders the shipped template from its compiled form and reads the
+    # command line from submit's option table: the same script, without Jinja2.
+    probe = (
+        "import sys\nfrom clusterjob.__main__ import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print('jinja2 imported' if 'jinja2' in sys.modules else 'no jinja2', code)\n"
+    )
+    argv = ["submit", "--site", "hpccentre", "--gpus", "4", "--model", "a100", "--dry-run",
+            "train.py", "--", "--lr", "3e-4"]  # fmt: skip
+    again = _run([str(py), "-c", probe, *argv], elsewhere, env)
+    assert again.endswith("\nno jinja2 0\n"), again[-200:]
+    assert _tokenless(again.removesuffix("no jinja2 0\n")) == _tokenless(out)
+
+
+def _tokenless(output: str) -> str:
+    """``output`` with its job token (new on every run) replaced."""
+    token = output.split("#SBATCH --comment=clusterjob:", 1)[1].split("\n", 1)[0]
+    return output.replace(token, "TOKEN")

@@ -1,5 +1,7 @@
-"""What makes ``submit`` start fast without changing what it does: compiled templates kept in
-the user's cache, and the python3 shim on PATH asked while the rest of the command runs."""
+"""What makes ``submit`` start fast without changing what it does: a site's templates compiled
+once into the user's cache (the shipped one is compiled to Python at build time, see
+test_render_compiled.py), and the python3 shim on PATH asked while the rest of the command
+runs."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_request import GRES_SITE, make_site
 
-import clusterjob.jobscript.render as render_module
+import clusterjob.jobscript.template_env as template_env
 from clusterjob import resources
 from clusterjob.jobscript.interpreter import find_submit_python, start_find_submit_python
 from clusterjob.jobscript.render import render
@@ -36,17 +38,29 @@ def _no_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> object:
         raise AssertionError("the template was compiled again")
 
-    monkeypatch.setattr(render_module._JobTemplateEnvironment, "compile", refuse)
+    monkeypatch.setattr(template_env._JobTemplateEnvironment, "compile", refuse)
+
+
+def _extending_site(tmp_path: Path) -> Site:
+    """A site whose own job.sh.j2 extends the shipped one: both are Jinja2's to compile."""
+    templates = tmp_path / "site-templates"
+    templates.mkdir(exist_ok=True)
+    (templates / "job.sh.j2").write_text(
+        '{% extends "job.sh.j2" %}\n{% block launch %}echo site\n{% endblock %}\n'
+    )
+    return make_site(templates_dir=templates)
 
 
 def test_a_second_render_reads_the_compiled_template(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = _script(GRES_SITE)
-    (entry,) = _cached(tmp_path)
-    assert stat.S_IMODE(entry.parent.stat().st_mode) == 0o700
+    site = _extending_site(tmp_path)
+    first = _script(site)
+    entries = _cached(tmp_path)
+    assert len(entries) == 2  # the site's template and the shipped one it extends
+    assert stat.S_IMODE(entries[0].parent.stat().st_mode) == 0o700
     _no_compiling(monkeypatch)
-    assert _script(GRES_SITE) == first
+    assert _script(site) == first
 
 
 def test_an_edited_template_is_compiled_again(
@@ -71,15 +85,22 @@ def test_a_cache_others_may_write_to_is_not_used(
     directory = Path(os.environ["XDG_CACHE_HOME"]) / "clusterjob" / "templates"
     directory.mkdir(parents=True)
     directory.chmod(0o777)
-    _script(GRES_SITE)
+    _script(_extending_site(tmp_path))
     assert _cached(tmp_path) == []
 
 
 def test_a_damaged_entry_is_compiled_again(tmp_path: Path) -> None:
-    first = _script(GRES_SITE)
-    (entry,) = _cached(tmp_path)
-    entry.write_bytes(entry.read_bytes()[:40] + b"\x00garbage")
-    assert _script(GRES_SITE) == first
+    site = _extending_site(tmp_path)
+    first = _script(site)
+    for entry in _cached(tmp_path):
+        entry.write_bytes(entry.read_bytes()[:40] + b"\x00garbage")
+    assert _script(site) == first
+
+
+def test_the_shipped_template_needs_no_cache(tmp_path: Path) -> None:
+    """Its compiled form is in the package: nothing compiled, nothing written."""
+    assert _script(GRES_SITE).startswith("#!/bin/bash\n")
+    assert _cached(tmp_path) == []
 
 
 def _shim(tmp_path: Path, wait_for: Path) -> dict[str, str]:
@@ -141,3 +162,22 @@ def test_submit_through_main_resolves_the_shim(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"python={sys.executable}\n" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["submit", "t.py", "--python", "/usr/bin/python3"], True),
+        (["submit", "--venv=.venv", "t.py"], True),
+        (["submit", "--conda", "torch", "t.py"], True),
+        (["submit", "--container-image", "img", "t.py"], True),
+        (["submit", "t.py", "--gpus", "1"], False),
+        (["submit", "--", "run.sh", "--python", "x"], False),  # the command's own option
+    ],
+)
+def test_the_shim_is_not_started_for_a_named_interpreter(args: list[str], named: bool) -> None:
+    """`submit` with an interpreter named never asks python3 on PATH: no shim to run then,
+    taking a core from the command's own start."""
+    from clusterjob.__main__ import _names_interpreter
+
+    assert _names_interpreter(args) is named

@@ -84,13 +84,17 @@ def _options(
     ] = False,
 ) -> None:
     """The app's own options; every command is a subcommand."""
-    from clusterjob.cli import common
-
     if host is not None and ctx.invoked_subcommand not in REMOTE_COMMANDS:
         raise UsageError(
             f"--host: `{ctx.invoked_subcommand}` runs on this machine; run it on the cluster "
             f"(--host works with: {', '.join(sorted(REMOTE_COMMANDS))})"
         )
+    _set_remote(host, remote_dir, no_sync=no_sync)
+
+
+def _set_remote(host: str | None, remote_dir: str | None, *, no_sync: bool) -> None:
+    from clusterjob.cli import common
+
     common.REMOTE.update(host=host, remote_dir=remote_dir, sync=False if no_sync else None)
 
 
@@ -163,7 +167,18 @@ def run(argv: list[str]) -> int:
     if argv in LISTING_ARGV and COMPLETION_VAR not in os.environ:
         shown = _listing(app)
     try:
-        result = shown(args=argv, prog_name="clusterjob", standalone_mode=False)
+        # `submit`'s usual command line is read from a table of its options (fastpath.py)
+        # instead of Typer building all 45 on every run; anything else is Typer's.
+        fast = None
+        if argv[:1] and argv[0] in COMMAND_MODULES and COMPLETION_VAR not in os.environ:
+            from clusterjob.cli import fastpath
+
+            fast = fastpath.fast_call(argv)
+        if fast is not None:
+            _set_remote(None, None, no_sync=False)  # the app's callback, no app options given
+            result = fast()
+        else:
+            result = shown(args=argv, prog_name="clusterjob", standalone_mode=False)
     except ConfigError as exc:
         if debug:
             raise

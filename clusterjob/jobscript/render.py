@@ -5,25 +5,26 @@ Templates are looked up in the site's template directory first, then in the ship
 ``job.sh.j2``, ``{% extends "job.sh.j2" %}`` means the shipped one (also reachable anywhere
 as ``clusterjob/job.sh.j2``). Every value that reaches the shell goes through the ``q``
 filter; every value on an ``#SBATCH`` line through ``sbatch`` / ``sbatch_option``.
+
+Where the site uses a shipped template as it is, its compiled form renders it
+(``shipped_templates``, written by scripts/gen_compiled.py): the same bytes, without importing
+Jinja2 (a third of a ``submit``'s start-up). Jinja2 renders everything else.
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import shlex
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum
 from pathlib import Path, PurePath
 
-import jinja2
-import jinja2.bccache
-from jinja2.sandbox import SandboxedEnvironment
-
 from clusterjob import resources
 from clusterjob.errors import ClusterjobError, ConfigError, ConfigIssue, printable
+from clusterjob.jobscript.backends import backend_for
 from clusterjob.jobscript.interpreter import Interpreter
 from clusterjob.jobscript.request import ResolvedJob
 from clusterjob.jobscript.requeues import LIMIT_EXIT, PREFLIGHT_EXIT
@@ -63,72 +64,20 @@ class RenderedJob:
         return shell_join(self.sbatch_argv)
 
 
-class _JobTemplateEnvironment(SandboxedEnvironment):
-    """A template that extends or includes its own name means the shipped one."""
-
-    def join_path(self, template: str, parent: str) -> str:
-        if template == parent and not template.startswith(SHIPPED_PREFIX + "/"):
-            return f"{SHIPPED_PREFIX}/{template}"
-        return template
-
-
-class _CompiledTemplates(jinja2.FileSystemBytecodeCache):
-    """Compiled templates kept in the user's cache, so that a submit reads the template's
-    code instead of compiling it (Jinja2's lexer, parser and code generator: about half of
-    ``submit --dry-run``'s own time). Jinja2 checks each entry against the template's source
-    and its own and Python's version; the key adds this environment's settings."""
-
-    def get_cache_key(self, name: str, filename: str | None = None) -> str:
-        return super().get_cache_key(f"{_ENVIRONMENT_KEY}|{name}", filename)
-
-    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        try:
-            super().load_bytecode(bucket)
-        except Exception:  # unreadable or damaged entry: compile again, as without a cache
-            bucket.reset()
-
-    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        with contextlib.suppress(OSError):  # a full disk costs the next submit a compile
-            super().dump_bytecode(bucket)
-
-
-_ENVIRONMENT_KEY = "clusterjob-sandboxed:strict:trim:lstrip:keep-newline:1"
-
-
-def _compiled_templates() -> jinja2.BytecodeCache | None:
-    """The compiled-template cache: ``$XDG_CACHE_HOME/clusterjob/templates``, when private."""
-    directory = resources.private_cache_dir("templates")
-    return _CompiledTemplates(str(directory)) if directory is not None else None
-
-
-def template_environment(site: Site) -> SandboxedEnvironment:
-    """The sandboxed environment for ``site``: its templates first, then the shipped ones."""
-    shipped = jinja2.FileSystemLoader(str(resources.templates_dir()))
-    loaders: list[jinja2.BaseLoader] = []
-    if site.templates_dir is not None:
-        loaders.append(jinja2.FileSystemLoader(str(site.templates_dir)))
-    loaders.append(jinja2.PrefixLoader({SHIPPED_PREFIX: shipped}))
-    loaders.append(shipped)
-    env = _JobTemplateEnvironment(
-        loader=jinja2.ChoiceLoader(loaders),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        bytecode_cache=_compiled_templates(),
-    )
-    env.filters["q"] = shell_quote
-    env.filters["sbatch"] = sbatch_value
-    env.filters["sbatch_option"] = sbatch_option
-    env.filters["comment"] = comment_text
-    return env
-
-
 def comment_text(value: object) -> str:
     """``value`` for a ``#`` comment line of the script: control characters (a newline that
     would end the comment) escaped."""
     return printable(str(value))
+
+
+# The filters every job template may use, by name (the Jinja2 environment's and the compiled
+# templates' alike).
+TEMPLATE_FILTERS: dict[str, Callable[..., str]] = {
+    "q": shell_quote,
+    "sbatch": sbatch_value,
+    "sbatch_option": sbatch_option,
+    "comment": comment_text,
+}
 
 
 class TemplateRecord:
@@ -205,6 +154,8 @@ def default_node_command(site: Site) -> list[str]:
 
 def _template_location(exc: BaseException) -> tuple[str, int | None]:
     """The template file and line an error was raised at, from Jinja's rewritten traceback."""
+    import jinja2
+
     if isinstance(exc, jinja2.TemplateSyntaxError):
         return exc.filename or exc.name or JOB_TEMPLATE, exc.lineno
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
@@ -229,7 +180,6 @@ def render(
     this interpreter); ``node_command``
     runs clusterjob on the nodes (default: ``default_node_command(site)``).
     """
-    env = template_environment(site)
     chosen = resolved.interpreter or Interpreter(
         None, "clusterjob's own interpreter (nothing chose one)"
     )
@@ -252,9 +202,49 @@ def render(
         "node_command": [str(a) for a in (node_command or default_node_command(site))],
         "site_file": str(Path(site.source).resolve()),
     }
+    backend = backend_for(site)  # the scheduler's template and its directive lines
+    context["directives"] = list(backend.directives(resolved))
+    script = _render_compiled(site, backend.template, context)
+    if script is None:
+        script = _render_jinja(site, backend.template, context)
+    check_no_nul(script, "the rendered job script")
+    if not script.endswith("\n"):
+        script += "\n"
+    path = str(script_path) if script_path is not None else f"clusterjob-{resolved.token}.sh"
+    return RenderedJob(script=script, sbatch_argv=backend.submit_argv(path), token=resolved.token)
+
+
+def _render_compiled(site: Site, name: str, context: Mapping[str, object]) -> str | None:
+    """The shipped template ``name`` rendered by its compiled form (no Jinja2), where the site
+    uses the shipped one and the compiled form was built from the source installed beside it;
+    None where Jinja2 must render it: a site's own template, a shipped template edited since
+    scripts/gen_compiled.py ran, or any error (Jinja2 then says what and at which line)."""
+    if site.templates_dir is not None and (Path(site.templates_dir) / name).is_file():
+        return None
+    from clusterjob.jobscript.shipped_templates import SHIPPED
+
+    if name not in SHIPPED:
+        return None
+    digest, compiled = SHIPPED[name]
     try:
-        template = env.get_template(JOB_TEMPLATE)
-        script = template.render(context)
+        with open(resources.templates_dir() / name, "rb") as fh:
+            if hashlib.sha256(fh.read()).hexdigest() != digest:
+                return None
+        return compiled(context, TEMPLATE_FILTERS)
+    except Exception:  # rendered again by Jinja2, which raises the error with its location
+        return None
+
+
+def _render_jinja(site: Site, name: str, context: Mapping[str, object]) -> str:
+    """Template ``name`` rendered by the sandboxed Jinja2 environment of ``site``."""
+    import jinja2
+
+    from clusterjob.jobscript.template_env import template_environment
+
+    env = template_environment(site)
+    try:
+        template = env.get_template(name)
+        return template.render(context)
     except ClusterjobError:
         raise
     except jinja2.TemplateNotFound as exc:
@@ -268,10 +258,3 @@ def render(
         raise ConfigError(
             ConfigIssue(file, line, "templates", f"{type(exc).__name__}: {message}")
         ) from None
-    check_no_nul(script, "the rendered job script")
-    if not script.endswith("\n"):
-        script += "\n"
-    path = str(script_path) if script_path is not None else f"clusterjob-{resolved.token}.sh"
-    return RenderedJob(
-        script=script, sbatch_argv=["sbatch", "--parsable", path], token=resolved.token
-    )

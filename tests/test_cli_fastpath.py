@@ -1,0 +1,168 @@
+"""``submit``'s plain command lines read from the generated table of its options
+(clusterjob/cli/fast_commands.py) instead of Typer building the command: the same call Typer
+makes, or no call at all (Typer then reads it, and alone prints help and errors)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+
+from clusterjob import resources
+from clusterjob.cli import fastpath, run
+from clusterjob.cli.fast_commands import COMMANDS
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = str(REPO / "examples" / "train.py")
+MLLAB = str(resources.site_configs_dir() / "mllab.yaml")
+SUBMIT = importlib.import_module("clusterjob.cli.submit").submit
+PARAMS = COMMANDS["submit"]["params"]
+
+# Command lines the table reads: each must give the very call Typer makes.
+READ = [
+    ["train.py"],
+    ["train.py", "--gpus", "2", "--model", "A100", "--dry-run"],
+    ["--gpus=2", "--model=A100", "train.py", "a", "b"],
+    ["train.py", "--", "--lr", "3e-4", "--", "x"],
+    ["--", "python", "-m", "pkg", "--gpus", "3"],
+    ["-N", "2", "-p", "gpu", "-t", "1:00:00", "-A", "ml", "-J", "name", "t.py"],
+    ["t.py", "--avoid", "--no-avoid", "--snapshot", "--requeue", "--mkdir", "--json"],
+    ["t.py", "--no-snapshot", "--parsable", "--test-only"],
+    ["t.py", "--gres", "nvme:1", "--gres=x:2", "--env", "A=1", "--setup", "echo hi"],
+    ["t.py", "--module", "cuda", "--launcher-arg=--max-restarts=3", "--sbatch-arg=--exclusive"],
+    ["t.py", "--sweep", "lr=1,2", "--params", "params.txt", "--gpus", "0", "--nodes", "3"],
+    ["t.py", "--params=", "--gpus", "+4", "--cpus-per-gpu", " 8", "--retry-bad-node", "1_0"],
+    ["t.py", "--mem-per-gpu", "64G", "--array", "0-9%2", "--dependency", "afterok:1"],
+    ["t.py", "-o", "o.log", "-e", "e.log", "--signal", "B:USR1@90", "-x", "n1", "-w", "n2"],
+    ["t.py", "--mail-type", "END", "--mail-user", "a@b", "-C", "ib", "--project", "p"],
+    ["t.py", "--tasks-per-node", "4", "--launcher", "srun", "--container-image", "img"],
+    ["t.py", "--container-mounts", "/a:/b", "--apptainer", "x.sif", "--python", "/p"],
+    ["t.py", "--venv", "v", "--conda", "c", "-s", "site", "--site", "other", "-m", "V100"],
+    ["t.py", "--max-requeues", "5", "--qos", "normal", "--time", "10", "--account", ""],
+    ["t.py", "--gpus", "2", "--gpus", "3", "--job-name", "it's", "--model", "a b"],
+]
+
+# Command lines left to Typer: help, errors, and the forms the table does not read.
+DECLINED = [
+    [],
+    ["--help"],
+    ["train.py", "-h"],
+    ["train.py", "--lr", "3e-4"],
+    ["train.py", "--gpus"],
+    ["train.py", "--gpus", "-1"],
+    ["train.py", "--gpus", "two"],
+    ["train.py", "-N2"],
+    ["train.py", "--dry-run=1"],
+    ["train.py", "-"],
+    ["train.py", "-p=gpu"],
+    ["train.py", "--nodes", "--dry-run"],
+]
+
+
+def _typer(words: list[str]) -> dict[str, object] | str:
+    try:
+        return fastpath.typer_call(SUBMIT, words)
+    except Exception as exc:
+        return f"error: {type(exc).__name__}"
+
+
+@pytest.mark.parametrize("words", READ, ids=" ".join)
+def test_the_table_reads_what_typer_reads(words: list[str]) -> None:
+    fast = fastpath.parse(PARAMS, words)  # type: ignore[arg-type]
+    assert fast is not None, "the fast path declined a plain command line"
+    assert fast == _typer(words)
+
+
+@pytest.mark.parametrize("words", DECLINED, ids=" ".join)
+def test_other_command_lines_are_left_to_typer(words: list[str]) -> None:
+    assert fastpath.parse(PARAMS, words) is None  # type: ignore[arg-type]
+
+
+def test_an_unreadable_params_file_is_left_to_typer(tmp_path: Path) -> None:
+    """Typer's path type refuses a file that exists but cannot be read: so must the reader."""
+    secret = tmp_path / "params.txt"
+    secret.write_text("--lr 1\n")
+    secret.chmod(0)
+    if os.access(secret, os.R_OK):
+        pytest.skip("root reads any file")
+    assert fastpath.parse(PARAMS, ["t.py", "--params", str(secret)]) is None  # type: ignore[arg-type]
+    assert isinstance(_typer(["t.py", "--params", str(secret)]), str)
+
+
+def test_the_table_is_up_to_date() -> None:
+    """scripts/gen_compiled.py was run after the last change to the command's options."""
+    module = REPO / "clusterjob" / "cli" / "fast_commands.py"
+    assert module.read_text() == fastpath.commands_module("scripts/gen_compiled.py"), (
+        "run: python scripts/gen_compiled.py"
+    )
+
+
+def test_a_table_older_than_its_declarations_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["submit", TRAIN, "--dry-run"]
+    assert fastpath.fast_call(argv) is not None
+    monkeypatch.setattr(fastpath, "declared_digest", lambda files: "edited since")
+    assert fastpath.fast_call(argv) is None
+    monkeypatch.undo()
+    monkeypatch.setitem(COMMANDS["submit"], "typer", "0.0.0")
+    assert fastpath.fast_call(argv) is None
+
+
+def test_only_the_fast_commands_are_read() -> None:
+    assert fastpath.fast_call(["status"]) is None
+    assert fastpath.fast_call(["--host", "h", "submit", TRAIN]) is None
+
+
+def _both_ways(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+    calls: list[list[str]] = []
+    real = fastpath.fast_call
+
+    def counted(words: list[str]) -> object:
+        call = real(words)
+        if call is not None:
+            calls.append(words)
+        return call
+
+    monkeypatch.setattr(fastpath, "fast_call", counted)
+    code = run(argv)
+    fast = (code, *capsys.readouterr())
+    assert calls, "not run by the fast path"
+    monkeypatch.setattr(fastpath, "fast_call", lambda words: None)
+    code = run(argv)
+    return fast, (code, *capsys.readouterr())
+
+
+def _tokenless(result: tuple[int, str, str]) -> tuple[int, str, str]:
+    code, out, err = result
+    token = next((ln.split(":")[1] for ln in out.splitlines() if "clusterjob:" in ln), "")
+    return code, out.replace(token, "TOKEN") if token else out, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["submit", TRAIN, "--site", MLLAB, "--gpus", "2", "--model", "a100", "--dry-run"],
+        ["submit", "--site", MLLAB, "--gpus", "1", "--model", "P100", TRAIN],  # an error
+        ["submit", "--site", MLLAB, "--dry-run", "--test-only", TRAIN],  # the command's own
+    ],
+)
+def test_the_command_prints_the_same_either_way(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, typer = _both_ways(argv, capsys, monkeypatch)
+    assert _tokenless(fast) == _tokenless(typer)
+
+
+def test_a_remote_host_of_an_earlier_run_is_forgotten(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path sets the app's options as Typer's callback does: none given."""
+    from clusterjob.cli import common
+
+    monkeypatch.setitem(common.REMOTE, "host", "login.example.org")
+    argv = ["submit", TRAIN, "--site", MLLAB, "--gpus", "1", "--model", "a100", "--dry-run"]
+    assert run(argv) == 0
+    assert common.REMOTE == {"host": None, "remote_dir": None, "sync": None}
