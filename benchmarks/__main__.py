@@ -17,11 +17,13 @@ from pathlib import Path
 
 from benchmarks import (
     cli,
+    poller,
     prolog,
     result_latency,
     site_config,
     site_init,
     slurm_load,
+    status_scale,
     submission,
     usage,
 )
@@ -36,6 +38,8 @@ BENCHMARKS = {
     "submission": submission.run,
     "result_latency": result_latency.run,
     "usage": usage.run,
+    "status_scale": status_scale.run,
+    "poller": poller.run,
 }
 DEFAULT_OUT = Path(__file__).parent / "results" / "results.md"
 HISTORY = Path(__file__).parent / "history.md"

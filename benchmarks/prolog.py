@@ -8,12 +8,19 @@ also reads the kernel log (/dev/kmsg, as on a node) for Xid lines since the job'
 Warm: the per-node cache is filled (every run but the first after a site edit; the Epilog
 reads the cache its job's Prolog filled). Cold: the cache is empty, so the full loader parses
 and validates the whole site file. Both hooks are interleaved in one run with the NVML floor.
+
+Flat with cluster size: the Prolog, the Epilog and the in-job sampler on the H100 node of a
+10,000-node site written one entry per node and compiled (`site validate --compile`, as the
+docs say), against the same on a 3-node site, warm and cold (each cold run on a fresh empty
+cache, so the node's entry comes from the compiled map), interleaved; the ratios are printed.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import random
+import resource
 import shutil
 import tempfile
 import time
@@ -34,6 +41,8 @@ from benchmarks.sitegen import BUS_IDS, write_site
 
 TARGET_RATIO = 1.5  # prolog / starting NVML from Python over the same library
 TARGET_SCALE = 1.2  # largest site / 10-node site, warm cache
+FLAT_SIZES = (3, 10_000)  # the node side on a small and a large compiled site
+DEAD_PID = 2**31 - 1  # no such process: the sampler starts, writes its record and ends
 EPILOG_KEY = "epilog "  # the Epilog's entries among the interleaved commands: "epilog 10-hostlist"
 # The floor of any Python Prolog that asks NVML: the interpreter, the binding, nvmlInit.
 NVML_CODE = "import pynvml; pynvml.nvmlInit()"
@@ -177,6 +186,7 @@ def run(work: Path, *, quick: bool) -> Result:
         Path(site_file + ".nodes.json").unlink()  # the warm runs read the per-node cache only
 
     times = interleaved(commands, repeats)
+    flat = flat_with_size(work / "flat", lib, quick=quick)
     ref = median(times[REFERENCE_NAME])
     nvml = median(times[NVML_NAME])
     result.add(REFERENCE_NAME, ref * 1000, "ms", note=f"median of {repeats}")
@@ -256,6 +266,7 @@ def run(work: Path, *, quick: bool) -> Result:
             if failure
             else "first job after a site edit, no cache of any kind: the loader validates the YAML",
         )
+    _flat_rows(result, flat)
     for key, (seconds, failure) in epilog_cold.items():
         size, style = key.split("-")
         prolog_cold = cold.get(key, (float("nan"), ""))[0]
@@ -271,3 +282,108 @@ def run(work: Path, *, quick: bool) -> Result:
             f"{NVML_NAME}; {seconds / prolog_cold:.2f}x the Prolog's cold run",
         )
     return result
+
+
+class _Flat:
+    """The flat-with-cluster-size comparison: per hook, per site size, warm and cold."""
+
+    def __init__(self, sizes: tuple[int, int]) -> None:
+        self.sizes = sizes
+        # name -> (command, environment, the cache dir emptied before each cold run / None)
+        self.commands: dict[str, tuple[list[str], dict[str, str], Path | None]] = {}
+        self.times: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}  # user + system seconds (children's rusage)
+
+
+FLAT_HOOKS = ("prolog", "epilog", "sample-usage")
+
+
+def _flat_key(hook: str, n: int, kind: str = "warm") -> str:
+    return f"{hook} {n} {kind}"
+
+
+def flat_with_size(work: Path, lib: Path, *, quick: bool) -> _Flat:
+    """Write the two compiled sites, then run every hook on each, warm (the cache its
+    Prolog filled) and cold (a fresh empty cache before each run, not timed), all in a
+    shuffled order each round, so the load is shared alike."""
+    from clusterjob.sandbox.standin import StandinScenario, gpus_on_buses, h100, write_scenario
+
+    flat = _Flat((FLAT_SIZES[0], 300) if quick else FLAT_SIZES)
+    sites = work / "sites"
+    for n in flat.sizes:
+        path, node = write_site(sites, n, "individual")
+        scenario = write_scenario(
+            work / f"scenario-{n}.txt",
+            StandinScenario(gpus=gpus_on_buses(h100, BUS_IDS["H100"], node=node)),
+        )
+        env = epilog_env(lib, scenario, node, time.time())
+        run_timed([*clusterjob_command(), "site", "validate", "--compile", str(path)], env)
+        cache = work / f"cache-{n}"
+        cache.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for hook in ("prolog", "epilog"):
+            cmd = [*clusterjob_command(), hook, "--site", str(path), "--cache-dir"]
+            flat.commands[_flat_key(hook, n)] = ([*cmd, str(cache)], env, None)
+            cold = work / f"cold-{hook}-{n}"
+            flat.commands[_flat_key(hook, n, "cold")] = ([*cmd, str(cold)], env, cold)
+        # the sampler reads no site file (nor a cache): its start, NVML and record, as a check
+        sampler_env = {
+            **env,
+            "CLUSTERJOB_SITE": str(path),
+            "CLUSTERJOB_TOKEN": f"flat{n}",
+            "CLUSTERJOB_DATA_DIR": str(work / f"data-{n}"),
+        }
+        cmd = [*clusterjob_command(), "sample-usage", str(DEAD_PID)]
+        flat.commands[_flat_key("sample-usage", n)] = (cmd, sampler_env, None)
+    names = list(flat.commands)
+    flat.times = {name: [] for name in names}
+    flat.cpu = {name: [] for name in names}
+    rng = random.Random(2)
+    for round_ in range(1 + (3 if quick else 15)):  # the first fills the warm caches
+        rng.shuffle(names)
+        if round_ == 0:
+            names.sort(key=lambda name: not name.startswith("prolog"))
+        for name in names:
+            cmd, env, empty = flat.commands[name]
+            if empty is not None:
+                shutil.rmtree(empty, ignore_errors=True)
+                empty.mkdir(mode=0o755)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            seconds = run_timed(cmd, env)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if round_:
+                flat.times[name].append(seconds)
+                flat.cpu[name].append(
+                    after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                )
+    return flat
+
+
+def _flat_rows(result: Result, flat: _Flat) -> None:
+    small, big = flat.sizes
+    for hook in FLAT_HOOKS:
+        for kind in ("warm", "cold"):
+            a = flat.times.get(_flat_key(hook, small, kind))
+            b = flat.times.get(_flat_key(hook, big, kind))
+            if not a or not b:
+                continue
+            ratio = median(b) / median(a)
+            cpu_a = median(flat.cpu[_flat_key(hook, small, kind)])
+            cpu_b = median(flat.cpu[_flat_key(hook, big, kind)])
+            what = {
+                "warm": "warm: the per-node cache its Prolog filled",
+                "cold": "cold: an empty cache before each run, the entry from the compiled map",
+            }[kind]
+            if hook == "sample-usage":
+                kind, what = "no cache", "start, NVML, its record written; reads no site file"
+            result.add(
+                f"{hook}, {big:,}-node vs {small}-node site (one entry per node, compiled), {kind}",
+                ratio,
+                "x",
+                ratio=ratio,
+                reference=f"{hook}, {small}-node site, {kind}",
+                target=f"<= {TARGET_SCALE}x",
+                met=ratio <= TARGET_SCALE,
+                note=f"{median(b) * 1000:.0f} vs {median(a) * 1000:.0f} ms, median of "
+                f"{len(b)}, interleaved; CPU {cpu_b * 1000:.0f} vs {cpu_a * 1000:.0f} ms, "
+                f"{cpu_b / cpu_a:.2f}x; {what}",
+            )

@@ -41,6 +41,20 @@ def test_the_marker_is_looked_for_often_then_backing_off_to_a_second(
 
 
 @pytest.mark.parametrize(
+    ("age", "look_cpu", "seconds"),
+    [(0, 0.0, 0.2), (0, 0.001, 0.2), (0, 0.004, 0.2), (0, 0.01, 0.5), (3600, 0.01, 1.0),
+     (0, 0.05, 2.5), (3600, 0.1, 5.0)],
+)  # fmt: skip
+def test_many_job_directories_are_looked_at_less_often_not_at_more_cpu(
+    age: float, look_cpu: float, seconds: float
+) -> None:
+    """A look that took ``look_cpu`` seconds of CPU (a thousand directories: ~10 ms) is not
+    repeated before it is 2% of a core; a few directories keep the 0.2 s schedule."""
+    assert marker_interval(age, look_cpu) == pytest.approx(seconds)
+    assert look_cpu / marker_interval(age, look_cpu) <= polling.MARKER_CPU_SHARE + 1e-12
+
+
+@pytest.mark.parametrize(
     ("age", "poll_interval", "marker", "seconds"),
     [
         # a function job: Slurm every poll_interval while young, then a tenth of its age,

@@ -58,6 +58,9 @@ def test_local_benchmarks_produce_figures(tmp_path: Path) -> None:
             warm = [r for r in rows if "warm cache" in r["figure"]]
             assert warm and all(r["ratio"] > 0 and r["reference"] == NVML_NAME for r in warm)
             assert any("cold" in r["figure"] for r in rows), hook
+        flat = [r for r in prolog if "-node vs 3-node site" in r["figure"]]  # flat with size
+        assert {r["figure"].split(",")[0] for r in flat} == {"prolog", "epilog", "sample-usage"}
+        assert all(r["value"] > 0 and r["unit"] == "x" for r in flat)
     cli = results["cli"]["rows"]
     assert {"clusterjob --help", "clusterjob submit --dry-run (10-node site)"} <= {
         r["figure"] for r in cli
@@ -75,12 +78,21 @@ def test_slurm_benchmarks_produce_figures(tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setenv("SLURM_CONF", SANDBOX_CONF)
     if not _slurm_up():
         pytest.skip("no Slurm sandbox here")
-    results = _run(tmp_path, "slurm_load", "submission")
+    results = _run(tmp_path, "slurm_load", "submission", "status_scale")
+    scale = {r["unit"]: r for r in results["status_scale"]["rows"]}
+    assert scale["calls"]["value"] >= 1 and scale["ms"]["value"] > 0
     counts = [r for r in results["slurm_load"]["rows"] if r["unit"] == "calls"]
     assert len(counts) == 3 and all(r["value"] == int(r["value"]) >= 0 for r in counts)
     submission = {r["figure"]: r for r in results["submission"]["rows"]}
     assert submission["clusterjob submit, per job"]["ratio"] > 0
     assert submission["Slurm client calls per clusterjob submit"]["value"] >= 1
+
+
+def test_poller_benchmark_counts_calls_and_cpu(tmp_path: Path) -> None:
+    rows = _run(tmp_path, "poller")["poller"]["rows"]
+    calls = [r for r in rows if r["unit"] == "calls"]
+    assert len(calls) == 3 and all(r["value"] >= 1 for r in calls)
+    assert all(r["value"] >= 0 for r in rows if r["unit"] == "% of a core")
 
 
 def test_command_modules_name_every_command() -> None:

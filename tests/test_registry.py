@@ -508,3 +508,60 @@ def test_a_filesystem_without_wal_gets_a_rollback_journal(
     with contextlib.closing(real_connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.sqlite"]
+
+
+def test_status_reads_pick_their_rows_in_an_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status` asks for the live jobs and those of the last day: with thousands of ended
+    jobs (each row holds its whole script), SQLite must find them in an index, not read
+    every row."""
+    now = time.time()
+    reg = Registry(tmp_path / "jobs.sqlite")
+    ended = [
+        record(
+            str(1000 + i), f"e{i}", at=now - 86_400 * 2 - i, state="COMPLETED", script="x" * 3000
+        )
+        for i in range(300)
+    ]
+    reg.add(*ended, record("9", "live", at=now - 60, state="RUNNING"))
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)  # type: ignore[arg-type]
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(registry.sqlite3, "connect", traced)
+    final = ["CANCELLED", "COMPLETED", "FAILED", "TIMEOUT"]
+    assert [r.job_id for r in reg.with_states(final, exclude=True)] == ["9"]
+    assert [r.job_id for r in reg.since(now - 86_400)] == ["9"]
+    assert [r.job_id for r in reg.with_states(["RUNNING", "PENDING"])] == ["9"]
+    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert len(selects) == 3
+    plain = connect(tmp_path / "jobs.sqlite")
+    try:
+        for sql in selects:
+            plan = " | ".join(row[3] for row in plain.execute(f"EXPLAIN QUERY PLAN {sql}"))
+            assert "SCAN jobs USING COVERING INDEX" in plan or "USING COVERING INDEX" in plan, plan
+            assert "SCAN jobs |" not in f"{plan} |" and not plan.startswith("SCAN jobs"), plan
+    finally:
+        plain.close()
+
+
+def test_many_records_are_read_as_one_by_one(tmp_path: Path) -> None:
+    """``get_many`` (one read for the API poller's thousand futures) answers as ``get`` does
+    for each id: the newest record on id reuse, this host's only, none for an unknown id,
+    past SQLite's limit on one statement's parameters."""
+    path = tmp_path / "jobs.sqlite"
+    here, there = Registry(path), Registry(path, host="ada@login1")
+    here.add(*(record(str(i), f"t{i}", at=float(i)) for i in range(1200)))
+    here.add(record("5", "again", at=5000.0))  # the id reused (another cluster's count)
+    there.add(record("7", "remote", at=1.0, host="ada@login1"))
+    asked = [str(i) for i in range(0, 1300, 3)] + ["5", "7"]
+    many = here.get_many(asked)
+    assert many == {i: r for i in asked if (r := here.get(i)) is not None}
+    assert many["5"].token == "again" and "1299" not in many and len(many) == 402
+    assert there.get_many(["7", "5"]) == {"7": there.get("7")}
+    assert here.get_many([]) == {}

@@ -18,7 +18,12 @@ from trusted_tree import trusted_tmp_dir
 from clusterjob import resources
 from clusterjob.cli import run
 from clusterjob.site.admin import write_compiled
-from clusterjob.site.nodeview import compiled_path, load_node_view_fd
+from clusterjob.site.nodeview import (
+    compiled_nodes,
+    compiled_path,
+    find_sorted_line,
+    load_node_view_fd,
+)
 
 
 @pytest.fixture
@@ -47,9 +52,58 @@ def test_every_node_reads_as_from_the_yaml(tmp_path: Path, example: str) -> None
     site = tmp_path / example
     site.write_text((resources.site_configs_dir() / example).read_text())
     write_compiled(site)
-    views = json.loads(compiled_path(site).read_text())["views"]
-    for name in [*list(views)[:40], "not-a-node"]:
+    names = compiled_nodes(compiled_path(site).read_text())
+    for name in [*names[:20], *names[-20:], "not-a-node", "", "a"]:
         assert _view(site, name, compiled=True) == _view(site, name, compiled=False), name
+
+
+@pytest.mark.parametrize("line_bytes", [3, 40, 5000])
+def test_a_node_line_is_found_by_binary_search(tmp_path: Path, line_bytes: int) -> None:
+    """Every key is found, and none between them, whatever the line lengths (short lines:
+    many per 4 KiB block; long ones: a block holds no line start), in a few reads."""
+    keys = sorted({f"n{i * 7 % 1000:04d}" for i in range(1000)})[::3]
+    path = tmp_path / "lines"
+    path.write_text("HEADER\n" + "".join(f"{k}\t{k}{'x' * line_bytes}\n" for k in keys))
+    reads = 0
+    real_pread = os.pread
+
+    def counted(fd: int, n: int, offset: int) -> bytes:
+        nonlocal reads
+        reads += 1
+        return real_pread(fd, n, offset)
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        start, end = len("HEADER\n"), path.stat().st_size
+        for i, key in enumerate(keys[::5]):
+            found = find_sorted_line(fd, start, end, key.encode())
+            assert found == f"{key}{'x' * line_bytes}".encode()
+            missing = f"{key}a".encode() if i % 2 else f"n{int(key[1:]) - 1:04d}".encode()
+            if missing.decode() not in keys:
+                assert find_sorted_line(fd, start, end, missing) is None
+        for key in (b"", b"a", b"zzz", b"n"):
+            assert find_sorted_line(fd, start, end, key) is None
+        os.pread = counted  # type: ignore[assignment]
+        try:
+            assert find_sorted_line(fd, start, end, keys[len(keys) // 3].encode()) is not None
+        finally:
+            os.pread = real_pread
+    finally:
+        os.close(fd)
+    assert reads <= 4 * (end // 4096).bit_length() + 6, reads  # a few per halving
+
+
+def test_a_large_compiled_map_is_not_parsed_whole(tmp_path: Path) -> None:
+    """A node's first Prolog reads its own line of the compiled map, not every node's."""
+    site = tmp_path / "mllab.yaml"
+    site.write_text((resources.site_configs_dir() / "mllab.yaml").read_text())
+    write_compiled(site)
+    text = compiled_path(site).read_text()
+    head, *lines = text.splitlines()
+    name = compiled_nodes(text)[0]
+    filler = [f"zz{i:06d}\t{{broken" for i in range(5000)]  # never parsed: never reached
+    compiled_path(site).write_text("\n".join([head, *lines, *filler]) + "\n")
+    assert _view(site, name, compiled=True) == _view(site, name, compiled=False)
 
 
 def test_an_edited_site_is_read_from_the_yaml(tmp_path: Path) -> None:

@@ -1731,9 +1731,13 @@ class _Poller:
                 if functions and now >= markers_due:
                     slurm_due = min(j._slurm_due for j in jobs)
                     hold = min(REMOTE_HOLD, max(0.0, slurm_due - now)) if self.cluster.remote else 0
+                    cpu = time.thread_time()
                     self.look_for_markers(functions, within=hold)
+                    look_cpu = time.thread_time() - cpu
                     youngest = min(time.monotonic() - j._added for j in functions)
-                    markers_due = time.monotonic() + (0 if hold else marker_interval(youngest))
+                    markers_due = time.monotonic() + (
+                        0 if hold else marker_interval(youngest, look_cpu)
+                    )
                 jobs = self.pending()
                 now = time.monotonic()
                 if jobs and min(j._slurm_due for j in jobs) <= now:

@@ -29,6 +29,9 @@ from clusterjob.slurm.runner import LocalTransport, SshTransport
 MARKER_FIRST = 0.2
 MARKER_GROWTH = 0.02
 MARKER_LONGEST = 1.0
+# ... and never so often that the looks take more than MARKER_CPU_SHARE of a core: a look
+# at a thousand job directories takes ~10 ms of CPU, every 0.2 s that was 5% of a core.
+MARKER_CPU_SHARE = 0.02
 # Over ssh, one round trip for all the jobs, which waits on the login node (looking every
 # REMOTE_STEP seconds) until a marker shows or REMOTE_HOLD seconds have passed: a result is
 # seen within about REMOTE_STEP plus the round trip, at one round trip per REMOTE_HOLD while
@@ -43,10 +46,14 @@ SLURM_LONGEST = 6.0
 RESULT_FILE = "result-{task}.pkl"
 
 
-def marker_interval(age: float) -> float:
+def marker_interval(age: float, look_cpu: float = 0.0) -> float:
     """Seconds until the markers are looked for again (here), ``age`` seconds after the
-    youngest function job waited for was submitted: 0.2 s, backing off to 1 s."""
-    return min(MARKER_LONGEST, max(MARKER_FIRST, age * MARKER_GROWTH))
+    youngest function job waited for was submitted: 0.2 s, backing off to 1 s; at least
+    ``look_cpu`` (the CPU seconds the last look took) / MARKER_CPU_SHARE, so many jobs'
+    directories are looked at less often rather than at a growing share of a core."""
+    return max(
+        min(MARKER_LONGEST, max(MARKER_FIRST, age * MARKER_GROWTH)), look_cpu / MARKER_CPU_SHARE
+    )
 
 
 def slurm_interval(age: float, poll_interval: float, *, marker: bool) -> float:

@@ -32,8 +32,9 @@ from clusterjob.jobs.private_files import (
 )
 
 REGISTRY_FILE = "jobs.sqlite"
-SCHEMA_VERSION = 4  # 2: request, tasks; 3: host; 4: restarts (each added in place)
+SCHEMA_VERSION = 5  # 2: request, tasks; 3: host; 4: restarts; 5: scheduler (added in place)
 BUSY_TIMEOUT_MS = 60_000
+_IDS_PER_QUERY = 500  # under SQLite's oldest limit on a statement's parameters (999)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -62,10 +63,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     request TEXT,
     tasks TEXT,
     host TEXT NOT NULL DEFAULT '',
-    restarts INTEGER
+    restarts INTEGER,
+    scheduler TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id, cluster);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_submitted ON jobs (submitted_at);
 """
 
 
@@ -109,6 +112,9 @@ class JobRecord:
     # name); "" for a job submitted on this machine. Job ids are per host.
     host: str = ""
     restarts: int | None = None  # how often Slurm requeued it, the most seen (None: unknown)
+    # The scheduler it was submitted to, as a site's ``scheduler:`` names it; None: an older
+    # record, submitted to Slurm (``clusterjob.jobscript.backends.backend_named``).
+    scheduler: str | None = None
 
     @property
     def submitted(self) -> datetime:
@@ -307,13 +313,19 @@ class Registry:
         """Every record, oldest first."""
         return self._select(tail="ORDER BY seq")
 
+    # The two reads of every `status`: the rows are picked in an index (state, submitted_at)
+    # and only those read. A plain WHERE made SQLite read every row, whole scripts included:
+    # ~15 ms per query at 10,000 jobs, for the few still running or of the last day.
+
     def with_states(self, states: Sequence[str], *, exclude: bool = False) -> list[JobRecord]:
         marks = ", ".join("?" for _ in states)
         op = "NOT IN" if exclude else "IN"
-        return self._select(f"WHERE state {op} ({marks})", list(states), "ORDER BY seq")
+        picked = f"SELECT seq FROM jobs WHERE state {op} ({marks})"
+        return self._select(f"WHERE seq IN ({picked})", list(states), "ORDER BY seq")
 
     def since(self, when: float) -> list[JobRecord]:
-        return self._select("WHERE submitted_at >= ?", [when], "ORDER BY seq")
+        picked = "SELECT seq FROM jobs WHERE submitted_at >= ?"
+        return self._select(f"WHERE seq IN ({picked})", [when], "ORDER BY seq")
 
     def newest(self) -> JobRecord | None:
         rows = self._select(tail="ORDER BY submitted_at DESC, seq DESC LIMIT 1")
@@ -330,6 +342,29 @@ class Registry:
                 "WHERE job_id = ? AND cluster = ?", [job_id, cluster], "ORDER BY seq DESC LIMIT 1"
             )
         return rows[0] if rows else None
+
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """The records of ``job_ids`` (newest wins on id reuse, as ``get``), in one read: the
+        API's poller asks about a thousand futures at once, and a connection per id cost
+        ~0.7 ms each (0.8 s of CPU per refresh)."""
+        wanted = sorted(set(job_ids))
+        found: dict[str, JobRecord] = {}
+        if not wanted:
+            return found
+        mine = "COALESCE(host, '') = ? AND job_id != ''"
+        with self._connect(write=False) as conn:
+            for start in range(0, len(wanted), _IDS_PER_QUERY):
+                chunk = wanted[start : start + _IDS_PER_QUERY]
+                marks = ", ".join("?" for _ in chunk)
+                rows = conn.execute(
+                    f"SELECT {', '.join(_COLUMNS)} FROM jobs WHERE job_id IN ({marks}) "
+                    f"AND {mine} ORDER BY seq",
+                    [*chunk, self.host],
+                ).fetchall()
+                for row in rows:
+                    record = _with_host(JobRecord(*row))
+                    found[record.job_id] = record
+        return found
 
     def by_token(self, token: str) -> JobRecord | None:
         rows = self._select("WHERE token = ?", [token])

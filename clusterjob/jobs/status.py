@@ -194,9 +194,10 @@ def _select(
     if jobs:
         records: list[JobRecord] = []
         untracked: list[str] = []
-        for spec in jobs:
-            job_id = registry.resolve_id(spec)
-            record = registry.get(job_id)
+        ids = [registry.resolve_id(spec) for spec in jobs]
+        known = registry.get_many(ids)  # one read for all: the API asks about 1,000 at once
+        for job_id in ids:
+            record = known.get(job_id)
             if record is None:
                 untracked.append(job_id)
             else:
@@ -215,8 +216,10 @@ def settle_pending(registry: Registry, client: SlurmClient, now: float | None = 
     """Submissions recorded before sbatch answered (clusterjob was interrupted or killed
     meanwhile): the job Slurm holds with a record's token completes the record; none, once
     the submission's window has passed, means none was created, and the record goes."""
+    from clusterjob.jobs.controlled import split_records
+
     now = time.time() if now is None else now
-    for record in registry.pending():
+    for record in split_records(registry.pending())[0]:  # Slurm's: found by their comment
         found = client.find_jobs_by_comment(record.token)
         if found:  # an array's rows are ID_N / ID_[..]: the job is ID
             job_id = split_array_id(found[0].job_id)[0]
@@ -255,6 +258,7 @@ def status(
     now = time.time() if now is None else now
     settle_pending(registry, client, now)
     records, untracked, task_of = _select_tasks(registry, jobs, show_all, now)
+    records, elsewhere = _by_scheduler(records)
     live = [r for r in records if not parse.is_final(r.state)]
     ask = sorted({r.job_id for r in live} | set(untracked))
     arrays = {r.token: array_spec(r.script) for r in records}
@@ -394,7 +398,44 @@ def status(
     by_id = {r.job_id: r for r in records}
     results = with_hardware(results, client, cache, now)
     results = with_usage(results, records)
+    results += _controlled_rows(elsewhere, registry, now, tasks, task_of)
     return [_past_limit(row, by_id) for row in results]
+
+
+def _by_scheduler(records: list[JobRecord]) -> tuple[list[JobRecord], list[JobRecord]]:
+    """(Slurm's records, those followed through their backend's ``JobControl``)."""
+    from clusterjob.jobs.controlled import split_records
+
+    return split_records(records)
+
+
+def _controlled_rows(
+    records: list[JobRecord],
+    registry: Registry,
+    now: float,
+    with_tasks: bool,
+    task_of: dict[str, str],
+) -> list[JobStatus]:
+    """The rows of jobs of a scheduler other than Slurm (``clusterjob.jobs.controlled``); an
+    array asked for as ``ID_N``: that task's row."""
+    if not records:
+        return []
+    from clusterjob.jobs.controlled import status_rows
+
+    rows = status_rows(records, registry, now, with_tasks=with_tasks or bool(task_of))
+    results: list[JobStatus] = []
+    for record, row in zip(records, rows, strict=True):
+        task = task_of.get(record.token)
+        results += [row] if task is None else _only_task(row, record, task)
+    return results
+
+
+def _is_array(record: JobRecord) -> bool:
+    """Whether a tracked job is an array: its ``#SBATCH --array`` line, or (a scheduler
+    followed through its backend) its recorded request."""
+    from clusterjob.jobs.controlled import is_controlled_array
+
+    return array_spec(record.script) is not None or is_controlled_array(record)
 
 
 def _past_limit(row: JobStatus, records: dict[str, JobRecord]) -> JobStatus:
@@ -691,11 +732,11 @@ def _select_tasks(
     task_of: dict[str, str] = {}
     plain: list[str] = []
     extra: list[JobRecord] = []
-    for spec in jobs:
-        job_id = registry.resolve_id(spec)
-        base, task = split_array_id(job_id)
-        record = registry.get(base) if task is not None else None
-        if record is not None and task is not None and array_spec(record.script) is not None:
+    resolved = [(spec, split_array_id(registry.resolve_id(spec))) for spec in jobs]
+    arrays = registry.get_many([base for _, (base, task) in resolved if task is not None])
+    for spec, (base, task) in resolved:
+        record = arrays.get(base) if task is not None else None
+        if record is not None and task is not None and _is_array(record):
             task_of[record.token] = task
             extra.append(record)
         else:

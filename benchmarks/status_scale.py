@@ -1,0 +1,196 @@
+"""``clusterjob status`` over a full registry against the bare Slurm calls it makes.
+
+The registry (a temporary CLUSTERJOB_DATA_DIR) holds 10,000 jobs (1,000 with ``--quick``):
+all but a few ended (COMPLETED, FAILED, CANCELLED, TIMEOUT, their exit codes recorded) over
+the last 30 days, a hundredth of them within the last day (what ``status`` lists), and a few
+live ones, real jobs held in the local Slurm (``--hold``, ``--begin=now+1hour``: nothing
+runs; cancelled by their unique name at the end). One ``status`` runs under logging wrappers
+that record each Slurm client call with its arguments; then ``status`` (its status cache
+off, so every run asks Slurm) and those very calls run bare, interleaved, and the ratio is
+printed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from benchmarks.common import (
+    REFERENCE,
+    REFERENCE_NAME,
+    Result,
+    clusterjob_command,
+    median,
+    run_timed,
+)
+from benchmarks.slurm_load import CLIENTS
+
+TARGET_RATIO = 1.5
+ENDED = (("COMPLETED", 0), ("FAILED", 1), ("CANCELLED", None), ("TIMEOUT", None))
+# A rendered job script's size (the registry keeps each whole): ~2.5 KB
+SCRIPT = "#!/bin/bash\n" + "".join(f"#SBATCH --comment=line-{i:02d}{'x' * 40}\n" for i in range(40))
+SEP = "\x1e"  # between the logged arguments of one call (sacct's delimiter is \x1f)
+
+
+def wrap_with_arguments(bin_dir: Path, log: Path) -> dict[str, str]:
+    """Wrappers that log each call's name and arguments, then run the real client; the
+    real clients' paths by name."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    real: dict[str, str] = {}
+    for name in CLIENTS:
+        found = shutil.which(name)
+        if found is None:
+            continue
+        real[name] = found
+        (bin_dir / name).write_text(
+            "#!/bin/sh\n"
+            f"{{ printf '%s' {name}; for a do printf '{SEP}%s' \"$a\"; done; printf '\\n'; }}"
+            f' >> "{log}"\n'
+            f'exec "{found}" "$@"\n'
+        )
+        (bin_dir / name).chmod(0o755)
+    return real
+
+
+def logged_calls(log: Path) -> list[list[str]]:
+    text = log.read_text() if log.exists() else ""  # not splitlines(): it splits at \x1e too
+    calls = [line.split(SEP) for line in text.split("\n") if line]
+    log.unlink(missing_ok=True)
+    return calls
+
+
+def seed(data: Path, ended: int, live: dict[str, str], cluster: str) -> None:
+    """``ended`` ended jobs over the last 30 days, and the ``live`` ones (id -> name)."""
+    from clusterjob.jobs.registry import REGISTRY_FILE, JobRecord, Registry
+
+    now = time.time()
+    rng = random.Random(3)
+
+    def record(
+        i: int, job_id: str, name: str, at: float, state: str, code: int | None
+    ) -> JobRecord:
+        return JobRecord(
+            job_id=job_id,
+            cluster=cluster,
+            site="bench",
+            token=f"status{i:06d}",
+            job_name=name,
+            script=SCRIPT,
+            script_path=str(data / f"job-{i}.sh"),
+            command_line="clusterjob submit train.py --gpus 8",
+            work_dir=str(data),
+            git_commit=None,
+            submitted_at=at,
+            state=state,
+            exit_code=code,
+        )
+
+    records = []
+    for i in range(ended):
+        state, code = ENDED[i % len(ENDED)]
+        recent = i % 100 == 0  # a hundredth within the last day: what `status` lists
+        at = now - (rng.uniform(60, 86_000) if recent else rng.uniform(86_400, 30 * 86_400))
+        records.append(record(i, str(50_000_000 + i), f"train-{i}", at, state, code))
+    for j, (job_id, name) in enumerate(live.items()):
+        records.append(record(ended + j, job_id, name, now - 30, "PENDING", None))
+    Registry(data / REGISTRY_FILE).add(*records)
+
+
+def run(work: Path, *, quick: bool) -> Result:
+    result = Result("status_scale", "`clusterjob status` with a full registry vs bare Slurm calls")
+    if shutil.which("squeue") is None or shutil.which("sbatch") is None:
+        result.notes.append("skipped: no Slurm clients (squeue, sbatch) on PATH")
+        return result
+    total, live_count = (1_000, 2) if quick else (10_000, 5)
+    repeats = 5 if quick else 21
+    cluster = os.environ.get("CLUSTERJOB_BENCH_CLUSTER", "sandbox")
+    name = f"cj-bench-status-{uuid.uuid4().hex[:8]}"
+    live: dict[str, str] = {}
+    try:
+        for _ in range(live_count):
+            done = subprocess.run(
+                ["sbatch", "--parsable", "--hold", "--begin=now+1hour", f"--job-name={name}",
+                 f"--chdir={work}", f"--output={work}/slurm-%j.out", "--wrap=true"],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            live[done.stdout.strip().split(";")[0]] = name
+        data = work / "data"
+        seed(data, total - live_count, live, cluster)
+        log = work / "calls.log"
+        bin_dir = work / "wrappers"
+        real = wrap_with_arguments(bin_dir, log)
+        env = dict(os.environ)
+        env.update(
+            CLUSTERJOB_DATA_DIR=str(data),
+            CLUSTERJOB_STATUS_CACHE_SECONDS="0",  # every run asks Slurm, as the bare calls do
+        )
+        status = [*clusterjob_command(), "status"]
+        run_timed(status, env)  # first run: records whatever Slurm says, as a user's would
+        logged = {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"}
+        run_timed(status, logged)
+        calls = logged_calls(log)
+        bare = [[real.get(c[0], c[0]), *c[1:]] for c in calls]
+        times: dict[str, list[float]] = {"status": [], "bare": [], REFERENCE_NAME: []}
+        rng = random.Random(4)
+        for _ in range(repeats):
+            order = list(times)
+            rng.shuffle(order)
+            for which in order:
+                if which == "status":
+                    times["status"].append(run_timed(status, env))
+                elif which == "bare":
+                    times["bare"].append(sum(run_timed(cmd, env) for cmd in bare))
+                else:  # the floor of any Python command
+                    times[which].append(run_timed(REFERENCE, env))
+    finally:
+        if live:
+            subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
+    ours, theirs = median(times["status"]), median(times["bare"])
+    described = (
+        "; ".join(shlex.join(c).encode("unicode_escape").decode()[:160] for c in calls)
+        or "no Slurm call"
+    )
+    bare_name = " + ".join(c[0] for c in calls) or "no Slurm call"
+    result.add(
+        f"bare {bare_name}, the calls `status` made",
+        theirs * 1000,
+        "ms",
+        note=f"median of {repeats}, each call timed alone and summed: {described}",
+    )
+    if theirs > 0:
+        result.compared(
+            f"clusterjob status, {total:,} jobs in the registry ({live_count} live)",
+            ours,
+            f"bare {bare_name}",
+            theirs,
+            TARGET_RATIO,
+            note=f"median of {repeats}, interleaved; status cache off; "
+            f"{total - live_count:,} ended, {(total - live_count + 99) // 100} of them in the "
+            "last day",
+        )
+    else:
+        result.add(f"clusterjob status, {total:,} jobs", ours * 1000, "ms", note="no Slurm call")
+    floor = median(times[REFERENCE_NAME])
+    if theirs > 0:
+        result.compared(
+            REFERENCE_NAME,
+            floor,
+            f"bare {bare_name}",
+            theirs,
+            note=f"median of {repeats}, interleaved: starting Python alone, against the bare calls",
+        )
+    result.add(
+        "Slurm calls, one `status`",
+        len(calls),
+        "calls",
+        target="<= 2",
+        met=len(calls) <= 2,
+        note=", ".join(c[0] for c in calls),
+    )
+    return result
