@@ -25,12 +25,17 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # this process is the hook slurmd started: end it here
             _end_hook_process(code)
         return code
+    if args[:1] in (["bind-gpus"], ["release-gpus"]):  # a Grid Engine prolog/epilog: no Typer
+        from clusterjob.gpubind.hook import bind_main, release_main
+
+        return (bind_main if args[0] == "bind-gpus" else release_main)(args[1:])
     if args[:1] == ["sample-usage"]:  # started in every GPU job: no Typer either
         from clusterjob.node.usage import sample_usage_main
 
         return sample_usage_main(args[1:])
-    if args[:1] == ["submit"]:  # python3 on PATH may be a shim that runs a process to name its
-        # interpreter: start it now, while Typer and the command load (see submit_python.py)
+    if args[:1] == ["submit"] and not _names_interpreter(args):  # python3 on PATH may be a
+        # shim that runs a process to name its interpreter: start it now, while Typer and the
+        # command load (see submit_python.py)
         import os
 
         from clusterjob.jobscript.submit_python import start_find_submit_python
@@ -39,6 +44,17 @@ def main(argv: list[str] | None = None) -> int:
     from clusterjob.cli import run
 
     return run(args)
+
+
+# Options with which `submit` never asks python3 on PATH (api/cluster.py's `prepare`). Read
+# roughly: a word that only looks like one of them makes the command ask later (without the
+# overlap), never answer differently.
+_NO_SHIM_OPTIONS = ("--python", "--venv", "--conda", "--container-image", "--apptainer")
+
+
+def _names_interpreter(args: list[str]) -> bool:
+    words = args[: args.index("--")] if "--" in args else args
+    return any(w.split("=", 1)[0] in _NO_SHIM_OPTIONS for w in words)
 
 
 def _end_hook_process(code: int) -> NoReturn:

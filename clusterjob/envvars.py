@@ -36,6 +36,8 @@ LOCK_DIR = "CLUSTERJOB_LOCK_DIR"
 SANDBOX_DIR = "CLUSTERJOB_SANDBOX_DIR"
 SANDBOX_SLURM = "CLUSTERJOB_SANDBOX_SLURM"
 SANDBOX_ROOTS = "CLUSTERJOB_SANDBOX_ROOTS"
+GE_SANDBOX_JOBS = "CLUSTERJOB_GE_SANDBOX_JOBS"
+GE_SOURCE_ADDRESS = "CLUSTERJOB_GE_SOURCE_ADDRESS"
 HOST = "CLUSTERJOB_HOST"
 RUNTIME_DIR = "CLUSTERJOB_RUNTIME_DIR"
 SSH_CONFIG = "CLUSTERJOB_SSH_CONFIG"
@@ -44,6 +46,7 @@ EXPECT_COUNT = "CLUSTERJOB_EXPECT_COUNT"
 TOKEN = "CLUSTERJOB_TOKEN"
 MAX_REQUEUES = "CLUSTERJOB_MAX_REQUEUES"
 SNAPSHOT = "CLUSTERJOB_SNAPSHOT"
+ARRAY_INDEX = "CLUSTERJOB_ARRAY_INDEX"
 GPU_BUS_IDS = "CLUSTERJOB_GPU_BUS_IDS"
 USAGE_INTERVAL = "CLUSTERJOB_USAGE_INTERVAL"
 NVML_SCENARIO = "FAKE_NVML_SCENARIO"
@@ -115,6 +118,22 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "Where the Debian roots of other Slurm releases are built and kept.",
     ),
     EnvVar(
+        GE_SANDBOX_JOBS,
+        "you (the shell `sandbox env --scheduler gridengine` sets up)",
+        "-",
+        "The local Grid Engine cluster's shared `jobs/` folder: job scripts and outputs there "
+        "are seen at the same path by its `qsub` and by its jobs.",
+        "`clusterjob sandbox env --scheduler gridengine`",
+    ),
+    EnvVar(
+        GE_SOURCE_ADDRESS,
+        "the local Grid Engine cluster's preload library (`gridengine_source_address.c`)",
+        "-: connections come from wherever the system binds them",
+        "The loopback address an execution host's connections come from, so the qmaster "
+        "knows it by its own name; its jobs inherit it.",
+        "`clusterjob sandbox up --scheduler gridengine`, for each execution daemon",
+    ),
+    EnvVar(
         HOST,
         "the job commands (`submit`, `status`, `logs`, ...) and the Python API",
         "this machine's Slurm",
@@ -155,6 +174,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "The unique token of the submission, also in the job's `--comment`; it is how a "
         "`sbatch` whose reply was lost is found again instead of submitting twice.",
         "the job script",
+    ),
+    EnvVar(
+        ARRAY_INDEX,
+        "the job (for your own use)",
+        "-",
+        "On a Grid Engine site, which numbers array tasks from 1: this task's index of "
+        "`--array` (and of a sweep), counted from 0 as on Slurm (`$SGE_TASK_ID - 1`).",
+        "the job script of an array job on a Grid Engine site",
     ),
     EnvVar(
         MAX_REQUEUES,

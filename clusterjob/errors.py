@@ -96,6 +96,30 @@ class SubmitInterrupted(KeyboardInterrupt):
     or that its token finds it): the CLI prints the message and exits 130."""
 
 
+class GridEngineError(ClusterjobError):
+    """A Grid Engine command (qsub, qstat, qacct, qdel, qhost, qconf) failed. Carries the
+    command, its exit code and its stderr, as ``SlurmError`` does for Slurm's."""
+
+    def __init__(self, cmd: list[str], returncode: int | None, stderr: str, hint: str = "") -> None:
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        self.hint = hint
+        first = self.stderr.splitlines()[0] if self.stderr else "no error output"
+        msg = f"{cmd[0]} failed (exit {returncode}): {first}"
+        if hint:
+            msg += f" -- {hint}"
+        super().__init__(msg)
+
+
+class GridEngineTransientError(GridEngineError):
+    """A Grid Engine failure worth retrying: qmaster unreachable, our own timeout."""
+
+
+class GridEngineUnavailable(GridEngineError):
+    """Grid Engine's qmaster could not be reached in time, or its commands are not installed."""
+
+
 class SshError(ClusterjobError):
     """The login node of a remote cluster could not be used over ssh: its host key is unknown
     or changed, the key was refused, the name does not resolve, rsync failed."""
@@ -163,6 +187,9 @@ _EXIT_CODES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (SlurmUnavailable, ExitCode.SLURM_UNAVAILABLE),
     (SshError, ExitCode.SLURM_UNAVAILABLE),
     (SlurmError, ExitCode.SLURM),
+    # The scheduler's exit codes: Grid Engine's failures read as Slurm's do (3 and 4).
+    (GridEngineUnavailable, ExitCode.SLURM_UNAVAILABLE),
+    (GridEngineError, ExitCode.SLURM),
     (NvmlError, ExitCode.NVML),
     (RegistryError, ExitCode.REGISTRY),
     (ClusterjobError, ExitCode.FAILURE),

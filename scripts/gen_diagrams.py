@@ -304,13 +304,16 @@ LAYER_WORDS = {
     "cli": "Typer commands: parse, call the core, print; errors become exit codes",
     "api": "Cluster and Job, the Python API; the job commands call it",
     "jobs": "submit, status, logs, cancel, wait, explain, the registry, avail",
-    "sandbox": "the local Slurm cluster and its stand-in NVML",
+    "sandbox": "the local Slurm and Grid Engine clusters and their stand-in NVML",
+    "gpubind": "GPUs claimed per job where the scheduler binds none (Grid Engine's prolog)",
     "jobscript": "the request in this site's sbatch options; the job script",
     "node": "the Slurm hooks and preflight: the node checks",
     "workstation": "clusterjob run: GPUs of one machine, no Slurm",
     "site": "site YAML to frozen dataclasses; discovery; the GPU syntaxes",
     "gpu": "NVML behind one interface",
     "slurm": "the one place Slurm commands run",
+    "gridengine": "the one place Grid Engine commands run: gridengine/runner.py (qsub, qstat, "
+    "qacct, qdel, qhost, qconf) and pure parsers of their output",
     "errors": "one exception hierarchy, ExitCode",
     "envvars": "the environment variables",
     "pci": "PCI bus IDs",
@@ -370,7 +373,7 @@ def layers() -> str:
         for i, unit in enumerate(units):
             x = left + i * (box_w + gap)
             name, _ = label(unit)
-            owner = unit in ("gpu", "slurm")
+            owner = unit in ("gpu", "slurm", "gridengine")
             body.append(
                 f'<rect x="{x:g}" y="{y:g}" width="{box_w:g}" height="{height}" rx="8" '
                 f'fill="{HIGHLIGHT if owner else CARD}" stroke="{ACCENT}" '
@@ -390,7 +393,7 @@ def layers() -> str:
         "Each box imports only from the floors below it, never from a box beside it: "
         "tests/test_architecture.py reads every import and fails on one that goes up or "
         "sideways. The CLI is a thin layer over the core; only slurm/ starts a Slurm "
-        "command and only the GPU layer calls NVML."
+        "command, only gridengine/ a Grid Engine one, and only the GPU layer calls NVML."
     )
     for line in textwrap.wrap(note, 96):
         body.append(_text(12, y, line, 13))

@@ -55,6 +55,11 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
     chromium_package || { apt-get update -q >/dev/null && chromium_package; } ||
         echo "chromium not installed: the documentation's browser test is skipped" >&2
 fi
+# mmdebstrap builds the Debian roots of the Grid Engine cluster and of the other Slurm releases.
+if ! command -v mmdebstrap >/dev/null && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q mmdebstrap >/dev/null ||
+        echo "mmdebstrap not installed: the Grid Engine sandbox cannot build its root" >&2
+fi
 # Static checks first: mypy --strict on the package (config in pyproject.toml) and ruff.
 .venv/bin/mypy
 .venv/bin/ruff check clusterjob hydra_plugins tests benchmarks examples
@@ -62,10 +67,25 @@ fi
 # The documentation: reference pages and diagrams as the code says, and the site built strictly
 # (seconds).
 .venv/bin/python scripts/gen_reference.py --check
+# The shipped templates compiled to Python and submit's option table, as their sources say.
+.venv/bin/python scripts/gen_compiled.py --check
 .venv/bin/python scripts/gen_diagrams.py --check
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
+# The local Grid Engine cluster comes up beside the Slurm one: its own Debian root (built once,
+# about a minute; then about 15 s), state dir and namespaces, so its fixed ports and daemons
+# clash with nothing of Slurm's. pytest waits for it (tests/e2e/test_gridengine_sandbox.py
+# reuses its root); it is left up, as the Slurm one is.
+ge_log=$(mktemp --suffix=.clusterjob-gridengine.log)
+.venv/bin/clusterjob sandbox up --scheduler gridengine >"$ge_log" 2>&1 &
+ge_pid=$!
 .venv/bin/clusterjob sandbox up
 eval "$(.venv/bin/clusterjob sandbox env)"
+if ! wait "$ge_pid"; then
+    cat "$ge_log" >&2
+    echo "the Grid Engine sandbox did not come up (clusterjob sandbox up --scheduler gridengine)" >&2
+    exit 1
+fi
+rm -f "$ge_log"
 # The end-to-end tests on the other Slurm releases, each in its Debian root (and the unit
 # tests on trixie's Python 3.13): scripts/test-releases.sh, when CLUSTERJOB_TEST_RELEASES
 # names them ("24.11 26.05"; .ci/run does). They run beside the host's pytest, not after it:

@@ -20,11 +20,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "clusterjob"
 # on the ground floor; packages on one floor are independent of each other.
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "envvars", "pci", "resources"}),
-    frozenset({"gpu", "slurm"}),
+    # The schedulers' own packages: the only code that runs or reads their commands.
+    frozenset({"gpu", "gridengine", "slurm"}),
     frozenset({"site"}),
     frozenset({"jobscript", "node", "workstation"}),
     # The sandbox wires the node hooks in as a site does (node.wrappers), so it stands above.
-    frozenset({"jobs", "sandbox"}),
+    # gpubind claims (workstation) and checks (node) a job's GPUs where the scheduler names none.
+    frozenset({"jobs", "sandbox", "gpubind"}),
     # The Python API (Cluster, Job): over the jobs layer; the CLI is a thin layer over it.
     frozenset({"api"}),
     frozenset({"cli"}),
@@ -154,3 +156,76 @@ def test_the_rule_is_read_from_real_imports(tmp_path: Path) -> None:
         "clusterjob.jobs",
         "clusterjob.site.model",
     ]
+
+
+# -- scheduler names in code ---------------------------------------------------------------------
+
+SCHEDULER_NAMES = frozenset({"slurm", "gridengine"})
+# Where a scheduler's name may be compared in code: its own package, and the site loader, which
+# reads the ``scheduler:`` key and picks the backend by that name.
+# The sandbox builds a local cluster of either kind (``sandbox up --scheduler``): which one is
+# its own command-line choice, not a site's backend.
+NAMES_ALLOWED = (
+    "clusterjob/slurm/",
+    "clusterjob/gridengine/",
+    "clusterjob/site/loader.py",
+    "clusterjob/sandbox/",
+    "clusterjob/cli/sandbox.py",
+)
+
+
+def _names_in(node: ast.AST) -> list[str]:
+    """The scheduler names a comparison's operand spells as string constants: a constant, or
+    the items of a literal tuple, list or set ("x in ('slurm', 'gridengine')")."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [
+        i.value
+        for i in items
+        if isinstance(i, ast.Constant)
+        and isinstance(i.value, str)
+        and i.value.casefold() in SCHEDULER_NAMES
+    ]
+
+
+def scheduler_comparisons(source: str, filename: str = "<source>") -> list[tuple[int, str]]:
+    """(line, name) for each comparison with a scheduler's name in ``source``: ``==``, ``!=``,
+    ``in`` against a literal, and ``case "slurm":``. Docstrings, comments and other strings
+    (a command line, a log message) are not comparisons and are not reported."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                found += [(node.lineno, n) for n in _names_in(operand)]
+        elif isinstance(node, ast.MatchValue):
+            found += [(node.lineno, n) for n in _names_in(node.value)]
+    return found
+
+
+def test_only_the_schedulers_packages_compare_scheduler_names() -> None:
+    """Which scheduler a site uses is decided once (the backend the site loader picks); code
+    elsewhere asks the backend, never ``if scheduler == "gridengine"``."""
+    wrong = []
+    for path in _sources():
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        if rel.startswith(NAMES_ALLOWED):
+            continue
+        for line, name in scheduler_comparisons(path.read_text(), rel):
+            wrong.append(f"{rel}:{line}: compares with the scheduler name {name!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_name_rule_reads_comparisons_only() -> None:
+    source = (
+        '"""Runs on slurm or gridengine."""\n'
+        "# if scheduler == 'slurm'\n"
+        'LOG = "slurm"\n'
+        "def f(s, t):\n"
+        '    if s == "gridengine":\n'
+        "        pass\n"
+        '    if t in ("a", "Slurm"):\n'
+        "        pass\n"
+        "    match s:\n"
+        '        case "slurm":\n'
+        "            pass\n"
+    )
+    assert scheduler_comparisons(source) == [(5, "gridengine"), (7, "Slurm"), (10, "slurm")]

@@ -590,7 +590,7 @@ def test_submit_records_exactly_what_reproduces_the_job(data: Path, tmp_path: Pa
         command_line="clusterjob submit 'a b'", work_dir=str(work), git_commit=head,
         submitted_at=kept.submitted_at, state="PENDING",
         request=json.dumps({**asdict(resolved.request), "request_format": REQUEST_FORMAT}),
-        host="",
+        host="", scheduler="slurm",
     )  # fmt: skip
     assert Registry().all() == []  # the registry given, not the default one
 

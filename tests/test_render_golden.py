@@ -129,6 +129,22 @@ CASES = {
     "lumi-mi250x8-2nodes": ("lumi", dict(gpus=8, nodes=2, project="465000000")),
     # lonestar6: no GPU option, the queue gives whole nodes
     "lonestar6-a100x3": ("lonestar6", dict(model="a100", gpus=3)),
+    # gelab: Grid Engine (#$ lines: -l gpu=N,gpu_type=T, -q, -t, -hold_jid)
+    "gelab-a100x2": ("gelab", dict(model="a100", gpus=2, time="1:00:00")),
+    "gelab-h100x8-sweep-hold": (
+        "gelab",
+        dict(
+            model="H100",
+            gpus=8,
+            job_name="sweep",
+            task_args=(("--lr", "0.1"), ("--lr", "0.01")),
+            dependency="afterany:41",
+            output="logs/%x-%A_%a.out",
+            requeue=True,
+            launcher="torchrun",
+        ),
+    ),
+    "gelab-cpu-short": ("gelab", dict(gpus=0, partition="short.q", mail_type="END,FAIL")),
 }
 
 

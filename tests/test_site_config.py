@@ -41,6 +41,7 @@ EXPECTED: dict[str, list[str]] = {
         "gpus-per-task, gpus, none, "
         "got 'gpu-per-node'",
     ],
+    "bad_scheduler.yaml": ["2: scheduler: expected one of slurm, gridengine, got 'pbs'"],
     "missing_required.yaml": ["1: site: required key missing"],
     "undefined_model.yaml": [
         "10: node_map[0].gpus[1].model: unknown model 'H100'; defined models: A100, V100",

@@ -40,6 +40,36 @@ Slurm = Annotated[
 ]
 
 
+Scheduler = Annotated[
+    str,
+    typer.Option(
+        "--scheduler",
+        help="slurm, or gridengine: a Grid Engine cluster (qmaster and three execution hosts "
+        "with stand-in GPUs) in a Debian root and namespaces of its own [default: slurm; "
+        "gridengine's state dir: /var/lib/clusterjob-sandbox-gridengine]",
+        show_default=False,
+    ),
+]
+SCHEDULERS = ("slurm", "gridengine")
+
+
+def _grid_engine(scheduler: str, **refused: object) -> bool:
+    """Whether ``--scheduler`` names Grid Engine; options of the Slurm sandbox only are
+    refused with it."""
+    if scheduler not in SCHEDULERS:
+        raise UsageError(f"--scheduler {scheduler}: valid are {', '.join(SCHEDULERS)}")
+    if scheduler != "gridengine":
+        return False
+    import os
+
+    if refused.get("slurm") == os.environ.get(envvars.SANDBOX_SLURM):
+        refused.pop("slurm", None)  # set by the variable, for the Slurm sandbox: not ours
+    given = [name for name, value in refused.items() if value not in (None, False)]
+    if given:
+        raise UsageError(f"--scheduler gridengine takes no --{', --'.join(given)}")
+    return True
+
+
 def _choose(slurm: str | None, state_dir: Path | None, *, any_up: bool = False) -> SandboxChoice:
     """The sandbox the options (or their variables) name: one rule for every command."""
     from clusterjob.sandbox import which
@@ -96,6 +126,7 @@ def up(
             show_default=False,
         ),
     ] = None,
+    scheduler: Scheduler = "slurm",
 ) -> None:
     """Start the local Slurm cluster with stand-in GPUs (as root); a no-op when it runs."""
     import os
@@ -103,6 +134,16 @@ def up(
     from clusterjob.sandbox import cluster, releases, shape
     from clusterjob.site.discovery import find_site
 
+    if _grid_engine(scheduler, slurm=slurm, like=like, nodes=nodes):
+        from clusterjob.sandbox import gridengine
+
+        ge = gridengine.up(state_dir, timeout=timeout, say=_progress)
+        word = "already up" if ge.already_up else f"up in {ge.seconds:.1f}s"
+        _progress(f"Grid Engine {word}; state in {ge.layout.state_dir}")
+        print("\n".join(gridengine.describe(ge.status, ge.layout)))
+        print("# clients reach it with:")
+        print("\n".join(gridengine.exports(ge.layout)))
+        return
     site_file = None if like is None else find_site(like, environ=os.environ)
     if nodes is not None and site_file is None:
         raise UsageError("--nodes names nodes of the site given with --like; give --like too")
@@ -134,11 +175,18 @@ def down(
     state_dir: StateDir = None,
     slurm: Slurm = None,
     purge: Annotated[bool, typer.Option(help="Also delete the state directory.")] = False,
+    scheduler: Scheduler = "slurm",
 ) -> None:
     """Stop the daemons `sandbox up` started (its jobs are cancelled first); for another
     release, also end what runs in its root and unmount it."""
     from clusterjob.sandbox import cluster, releases
 
+    if _grid_engine(scheduler, slurm=slurm):
+        from clusterjob.sandbox import gridengine
+
+        ran = gridengine.down(state_dir, purge=purge, say=_progress)
+        _progress("Grid Engine stopped; its namespace ended" if ran else "nothing was running")
+        return
     choice = _choose(slurm, state_dir)
     rel = choice.release
     if rel is not None:
@@ -150,10 +198,19 @@ def down(
 
 
 @sandbox_app.command()
-def status(state_dir: StateDir = None, slurm: Slurm = None) -> None:
+def status(state_dir: StateDir = None, slurm: Slurm = None, scheduler: Scheduler = "slurm") -> None:
     """Which daemons run and what slurmctld says about the nodes; exit 1 unless all is up."""
     from clusterjob.sandbox import cluster, releases
 
+    if _grid_engine(scheduler, slurm=slurm):
+        from clusterjob.sandbox import gridengine
+
+        lay = gridengine.layout(state_dir)
+        ge = gridengine.status(lay)
+        print("\n".join(gridengine.describe(ge, lay)))
+        if not ge.up:
+            raise typer.Exit(1)
+        return
     choice = _choose(slurm, state_dir)
     print(choice.describe())
     rel = choice.release
@@ -180,11 +237,18 @@ def env(
     site_path: Annotated[
         bool, typer.Option("--site-path", help="Print only the sandbox's site YAML path.")
     ] = False,
+    scheduler: Scheduler = "slurm",
 ) -> None:
     """Print the shell exports that point clients at the sandbox (eval "$(... sandbox env)");
-    another release's are for clients inside its root (`sandbox exec` sets them itself)."""
+    another release's are for clients inside its root (`sandbox exec` sets them itself).
+    Grid Engine's: its bin/ first on PATH (qsub, qstat, ... run inside its namespace)."""
     from clusterjob.sandbox.config import Layout
 
+    if _grid_engine(scheduler, slurm=slurm, site_path=site_path):
+        from clusterjob.sandbox import gridengine
+
+        print("\n".join(gridengine.exports(gridengine.layout(state_dir))))
+        return
     path = _choose(slurm, state_dir).state_dir
     if site_path:
         print(Layout(path).site_yaml)

@@ -27,7 +27,8 @@ def cancel(
     ids = [registry.resolve_id(j) for j in jobs]
     if not ids:
         raise UsageError("name at least one job to cancel")
-    unknown = client.scancel(ids)
+    slurm_ids, unknown_elsewhere = _cancel_controlled(ids, registry)
+    unknown = [*unknown_elsewhere, *(client.scancel(slurm_ids) if slurm_ids else [])]
     (cache or cache_for(client)).clear()  # the next status must not show them as they were
     if unknown:
         known = [i for i in ids if i not in unknown]
@@ -35,8 +36,19 @@ def cancel(
         message = (
             f"unknown job{plural} {', '.join(unknown)}: Slurm has no such job "
             "(or it ended long enough ago to be forgotten)"
+            if not unknown_elsewhere
+            else f"unknown job{plural} {', '.join(unknown)}: the scheduler has no such job "
+            "(or it ended)"
         )
         if known:
             message += f" (cancel requested for {', '.join(known)})"
         raise UsageError(message)
     return ids
+
+
+def _cancel_controlled(ids: list[str], registry: Registry) -> tuple[list[str], list[str]]:
+    """Cancel the jobs of a scheduler other than Slurm through their backend: (the ids left
+    for scancel, those the other scheduler did not know)."""
+    from clusterjob.jobs.controlled import cancel as cancel_controlled
+
+    return cancel_controlled(ids, registry)

@@ -47,6 +47,9 @@ def output_path(
             raise UsageError(f"job {job_id} and --task {task} name different tasks")
         task_text = str(task)
     record = registry.get(base)
+    elsewhere = _controlled_output(record, task_text)
+    if elsewhere is not None:
+        return elsewhere
     spec = array_spec(record.script) if record is not None else None
     if task_text is not None:
         return _task_output(base, task_text, spec, record, stderr, client)
@@ -78,6 +81,17 @@ def output_path(
     if record is None:
         raise UsageError(f"job {job_id}: Slurm no longer knows it and clusterjob did not submit it")
     return Path(record.work_dir) / f"slurm-{job_id}.out"
+
+
+def _controlled_output(record: JobRecord | None, task: str | None) -> Path | None:
+    """The output file of a job of a scheduler other than Slurm (its backend's
+    ``JobControl`` says where); None for Slurm's jobs."""
+    from clusterjob.jobs.controlled import control_of, output_path
+
+    control = control_of(record) if record is not None else None
+    if record is None or control is None:
+        return None
+    return output_path(record, task, control)
 
 
 _OUTPUT_LINE = re.compile(r"^#SBATCH\s+(?:--output[= ]|-o\s*)\"?([^\"\n]+?)\"?\s*$", re.MULTILINE)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from clusterjob.errors import (
     RegistryError,
@@ -33,11 +33,13 @@ from clusterjob.jobs.followup import follow_up
 from clusterjob.jobs.private_files import ensure_private_dir, write_private
 from clusterjob.jobs.registry import JobRecord, Registry, data_dir
 from clusterjob.jobs.status import cache_for, settle_pending
+from clusterjob.jobscript.backends import backend_for, check_submits
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
 from clusterjob.slurm.parse import StartEstimate, SubmittedJobId, is_final
 from clusterjob.slurm.syntax import split_array_id
 
 if TYPE_CHECKING:
+    from clusterjob.jobscript.control import JobControl
     from clusterjob.jobscript.render import RenderedJob
     from clusterjob.jobscript.request import JobRequest, ResolvedJob
     from clusterjob.site.model import Site
@@ -150,6 +152,13 @@ def submit(
     taken as given; ``source_dir`` is the local directory it was synced from (its git
     commit is recorded), and the record names the host.
     """
+    check_submits(site)  # a scheduler clusterjob only renders for stops here
+    control = backend_for(site).control()
+    if control is not None:  # a scheduler followed through its backend (Grid Engine)
+        return _submit_controlled(
+            site, resolved, rendered, control, test_only, registry, workdir,
+            command_line, resubmit_of, source_dir,
+        )  # fmt: skip
     client = client or SlurmClient()
     registry = registry or Registry(host=client.runner.transport.label)
     remote = client.remote
@@ -202,6 +211,7 @@ def submit(
         request=json.dumps({**asdict(request), "request_format": REQUEST_FORMAT}),
         resubmit_of=resubmit_of,
         host=client.runner.transport.label,
+        scheduler=backend_for(site).name,
     )
 
     def sbatch() -> SubmittedJobId:
@@ -218,6 +228,38 @@ def submit(
         _task_count(request.array),
         record.host,
     )
+
+
+def _submit_controlled(
+    site: Site,
+    resolved: ResolvedJob,
+    rendered: RenderedJob,
+    control: JobControl,
+    test_only: bool,
+    registry: Registry | None,
+    workdir: str | Path | None,
+    command_line: Sequence[str] | None,
+    resubmit_of: str | None,
+    source_dir: str | Path | None,
+) -> Submitted:
+    from clusterjob.jobs import controlled
+
+    if test_only:
+        raise UsageError(f"--test-only is Slurm's (sbatch --test-only); site {site.name} is not")
+    return controlled.submit(
+        site, resolved, rendered, control, registry=registry, workdir=workdir,
+        command_line=command_line, resubmit_of=resubmit_of, source_dir=source_dir,
+    )  # fmt: skip
+
+
+class _Sent(Protocol):
+    """What a submission answered: ``SubmittedJobId`` (sbatch) or a ``Submission``."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def cluster(self) -> str | None: ...
 
 
 class _HeldInterrupt:
@@ -258,7 +300,7 @@ class _HeldInterrupt:
 def send_recorded(
     registry: Registry,
     pending: JobRecord,
-    sbatch: Callable[[], SubmittedJobId],
+    sbatch: Callable[[], _Sent],
     cluster_name: Callable[[], str],
 ) -> JobRecord:
     """Submit exactly once with no job ever unrecorded: ``pending`` (no job id yet) is
@@ -706,6 +748,7 @@ def _replay(
         state="PENDING",
         request=record.request,
         host=client.runner.transport.label,
+        scheduler=record.scheduler,
     )
 
     def sbatch() -> SubmittedJobId:

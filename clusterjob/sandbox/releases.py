@@ -113,7 +113,13 @@ def needs_root(version: str | None) -> bool:
 
 
 def _recipe(rel: Release) -> str:
-    return "\n".join([f"suite {rel.suite}", f"mirror {MIRROR}", *ROOT_PACKAGES, *APT_OPTIONS, ""])
+    return root_recipe(rel.suite, ROOT_PACKAGES)
+
+
+def root_recipe(suite: str, packages: Sequence[str], hooks: Sequence[str] = ()) -> str:
+    """What a root is built from; kept in its stamp, so a changed recipe builds it again."""
+    lines = [f"suite {suite}", f"mirror {MIRROR}", *packages, *APT_OPTIONS]
+    return "\n".join([*lines, *(f"hook {h}" for h in hooks), ""])
 
 
 def _stamp(rel: Release) -> Path:
@@ -122,27 +128,45 @@ def _stamp(rel: Release) -> Path:
 
 def ensure_root(rel: Release, say: Say = _quiet) -> bool:
     """Build the root unless one of the same recipe is there; True when built now."""
-    stamp = _stamp(rel)
-    if stamp.exists() and stamp.read_text() == _recipe(rel):
+    return build_root(rel.root, rel.suite, ROOT_PACKAGES, what=f"Slurm {rel.version}", say=say)
+
+
+def build_root(
+    root: Path,
+    suite: str,
+    packages: Sequence[str],
+    *,
+    what: str,
+    essential_hooks: Sequence[str] = (),
+    say: Say = _quiet,
+) -> bool:
+    """Build a Debian ``suite`` root at ``root`` with ``packages`` (mmdebstrap), unless one of
+    the same recipe is there; True when built now. ``essential_hooks``: shell commands run
+    before the packages are installed (``$1`` is the root), e.g. debconf answers. The Slurm
+    release roots and the Grid Engine sandbox's root are both built here."""
+    stamp = root / ".clusterjob-root"
+    recipe = root_recipe(suite, packages, essential_hooks)
+    if stamp.exists() and stamp.read_text() == recipe:
         return False
-    if is_mounted(rel):
-        raise ClusterjobError(f"{rel.root} is in use (mounted); `sandbox down` it first")
+    if _mounts_under_path(root):
+        raise ClusterjobError(f"{root} is in use (mounted); `sandbox down` it first")
     if shutil.which("mmdebstrap") is None:
         say("installing mmdebstrap (apt-get)")
         host.install_packages(["mmdebstrap"])
-    new = rel.root.with_name(rel.suite + ".new")
+    new = root.with_name(root.name + ".new")
     if new.exists():
         shutil.rmtree(new)
     new.parent.mkdir(parents=True, exist_ok=True)
-    log = rel.roots_dir / f"build-{rel.suite}.log"
-    say(f"building a Debian {rel.suite} root for Slurm {rel.version} (log: {log})")
+    log = root.parent.parent / f"build-{root.name}.log"
+    say(f"building a Debian {suite} root for {what} (log: {log})")
     cmd = [
         "mmdebstrap",
         "--variant=apt",
         "--mode=root",
-        f"--include={','.join(ROOT_PACKAGES)}",
+        f"--include={','.join(packages)}",
         *(f"--aptopt={opt}" for opt in APT_OPTIONS),
-        rel.suite,
+        *(f"--essential-hook={hook}" for hook in essential_hooks),
+        suite,
         str(new),
         MIRROR,
     ]
@@ -152,13 +176,13 @@ def ensure_root(rel: Release, say: Say = _quiet) -> bool:
         )
     if done.returncode != 0:
         raise ClusterjobError(
-            f"mmdebstrap {rel.suite} failed (exit {done.returncode}): "
+            f"mmdebstrap {suite} failed (exit {done.returncode}): "
             f"{host.last_error_line(log)} (log: {log})"
         )
-    if rel.root.exists():
-        shutil.rmtree(rel.root)
-    new.rename(rel.root)
-    _stamp(rel).write_text(_recipe(rel))
+    if root.exists():
+        shutil.rmtree(root)
+    new.rename(root)
+    stamp.write_text(recipe)
     return True
 
 
@@ -206,7 +230,10 @@ def _mount_points() -> list[Path]:
 
 
 def mounts_under(rel: Release) -> list[Path]:
-    root = rel.root
+    return _mounts_under_path(rel.root)
+
+
+def _mounts_under_path(root: Path) -> list[Path]:
     return [p for p in _mount_points() if p == root or root in p.parents]
 
 

@@ -23,6 +23,7 @@ from clusterjob.pci import normalise_bus_id
 from clusterjob.site import jobpolicy, pinning, schema
 from clusterjob.site.gpu_syntax import GpuRequestSyntax, syntax_named, syntax_names
 from clusterjob.site.model import (
+    SCHEDULERS,
     VENDORS,
     GpuModel,
     JobDefaults,
@@ -882,19 +883,50 @@ def _gpu_counts(partition: Partition, node_map: NodeMap, refused: set[str]) -> d
     }
 
 
+def _scheduler_written(root: Node) -> str | None:
+    """The ``scheduler:`` value as written, before the file is checked: whether
+    ``gpu_request`` is required depends on it."""
+    if not isinstance(root, MappingNode):
+        return None
+    for key, value in root.value:
+        if isinstance(key, ScalarNode) and key.value == "scheduler":
+            return value.value if isinstance(value, ScalarNode) else None
+    return None
+
+
+def _check_gpu_types(v: Validator, models: list[GpuModel], lines: dict[str, _ModelLines]) -> None:
+    """On a Grid Engine site a job asks for ``-l gpu=N,gpu_type=T``: each model's gres_type is
+    its hosts' ``gpu_type`` value, and without it a job could land on any model."""
+    for model in models:
+        if model.gres_type is None and model.name in lines:
+            v.error(
+                lines[model.name].of("gres_type"),
+                f"models.{model.name}.gres_type",
+                "required on a Grid Engine site (scheduler: gridengine): the hosts' gpu_type "
+                "value, asked for as -l gpu_type=NAME",
+            )
+
+
 def _build(v: Validator, root: Node, path: Path) -> Site | None:
-    top = v.mapping(root, "", _TOP_KEYS, "a mapping of site settings at the top")
+    # A Grid Engine site asks for GPUs by its own complexes: gpu_request is optional there.
+    grid_engine = _scheduler_written(root) == "gridengine"
+    keys = {**_TOP_KEYS, "gpu_request": not grid_engine}
+    top = v.mapping(root, "", keys, "a mapping of site settings at the top")
     if top is None:
         return None
     name = read_key(top, "site", v.string, "")
     cluster_name = read_key(top, "cluster_name", v.nullable_string, "")
     node_command = _read_node_command(v, top)
     syntax, type_required, form = _read_gpu_request(v, top.get("gpu_request"))
+    ge_types = grid_engine and "gpu_request" not in top  # every model needs its gpu_type
+    if ge_types:
+        syntax = syntax_named("gres")
     site_defaults = jobpolicy.read_defaults(v, top.get("defaults"), "defaults")
     if isinstance(site_defaults, Invalid):
         site_defaults = JobDefaults()
     preflight = jobpolicy.read_preflight(v, top, "")
     account = jobpolicy.read_account_rule(v, top, "")
+    scheduler = jobpolicy.read_choice(v, top, "scheduler", "", SCHEDULERS)
 
     models: list[GpuModel] = []
     model_lines: dict[str, _ModelLines] = {}
@@ -902,6 +934,8 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
     if "models" in top:
         models, model_lines = _read_models(v, top["models"].value)
         unaskable = _check_models(v, models, model_lines, syntax, type_required)
+        if ge_types:
+            _check_gpu_types(v, models, model_lines)
     # Node-map models are checked against the names in the models section, even where a
     # model has a bad field; without a readable models section they cannot be checked.
     defined: dict[str, GpuModel | None] | None = None
@@ -992,6 +1026,7 @@ def _build(v: Validator, root: Node, path: Path) -> Site | None:
         model_groups=groups,
         account=account if isinstance(account, str) else "optional",
         qos=qos,
+        scheduler=scheduler if isinstance(scheduler, str) else "slurm",
     )
     _check_pinning(v, site, model_lines, _key_lines(top, "model_groups"))
     return None if v.failed else site

@@ -90,6 +90,9 @@ ACCOUNT_RULES = ("required", "optional")
 PREFLIGHT_MODES = ("required", "warn", "off")
 # GPU vendors: the node checks read NVIDIA GPUs through NVML; AMD GPUs cannot be checked yet.
 VENDORS = ("nvidia", "amd")
+# The batch scheduler a site runs: the job script's directives and the commands that submit
+# and follow a job are its own (clusterjob.jobscript.backends picks them by this name).
+SCHEDULERS = ("slurm", "gridengine")
 # How a partition is named to Slurm: --partition, --qos (the QoS is the queue), or not at all
 # (the site routes jobs by their size and length).
 SUBMIT_AS = ("partition", "qos", "none")
@@ -265,6 +268,7 @@ class Site:
     model_groups: tuple[ModelGroup, ...] = ()
     account: str = "optional"  # ACCOUNT_RULES; partitions may override
     qos: tuple[QosLimits, ...] = ()  # QoS with limits, named beside a partition
+    scheduler: str = "slurm"  # SCHEDULERS
 
     def group(self, name: str) -> ModelGroup | None:
         """The model group called ``name`` or one of its aliases, case-insensitively."""

@@ -322,7 +322,9 @@ MODEL = Section(
             "gres_type",
             NULLABLE_STRING,
             "This site's GRES type name (`Type=` in gres.conf), e.g. `a100` or "
-            "`nvidia_a100-sxm4-80gb`; null: untyped GRES.",
+            "`nvidia_a100-sxm4-80gb`; null: untyped GRES. On a Grid Engine site "
+            "(`scheduler: gridengine`): the host's `gpu_type` value, asked for as "
+            "`-l gpu_type=NAME`.",
             pattern=GRES_TYPE_PATTERN,
         ),
         Key(
@@ -572,6 +574,15 @@ SITE = Section(
     (
         Key("site", STRING, "The site's name.", required=True),
         Key(
+            "scheduler",
+            CHOICE,
+            "The batch scheduler the site runs: `slurm`, or `gridengine` (Son of Grid Engine "
+            "8.1: GPUs asked for as the consumable `gpu` and the string complex `gpu_type`, "
+            "partitions as queues).",
+            default="slurm",
+            choices=_model_constants("SCHEDULERS"),
+        ),
+        Key(
             "cluster_name",
             NULLABLE_STRING,
             "Slurm's ClusterName: the site is found by it when no file is named.",
@@ -582,7 +593,14 @@ SITE = Section(
             "How job scripts call clusterjob on a node (a command line).",
             default="the submitting interpreter's `python -m clusterjob`",
         ),
-        Key("gpu_request", SECTION, GPU_REQUEST.doc, required=True, section=GPU_REQUEST),
+        Key(
+            "gpu_request",
+            SECTION,
+            GPU_REQUEST.doc + " A Grid Engine site may leave it out: its GPUs are asked for as "
+            "`-l gpu=N,gpu_type=T`, every model with its `gres_type` as the `gpu_type`.",
+            required_unless=("scheduler", "gridengine"),
+            section=GPU_REQUEST,
+        ),
         Key(
             "models",
             NAMED,

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from shipped_sites import slurm_site_names
 from trusted_tree import trusted_tmp_dir
 
 from clusterjob import resources
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "examples" / "train.py")
-SITES = sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml"))
+SITES = slurm_site_names()  # a Slurm sandbox shaped like each Slurm example site
 
 
 @pytest.fixture
