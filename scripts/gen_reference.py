@@ -159,7 +159,6 @@ def _hook_section(command: str) -> list[str]:
     from clusterjob.node import hooks
 
     parser = hooks._parser(command)
-    out = [f"## clusterjob {command} {{#{_anchor([command])}}}", ""]
     doc = {
         "prolog": "The Slurm `Prolog` (root, before every job on every node of it): the node "
         "checks against the site's node map and the job's GPUs; exit 1 drains the node. "
@@ -173,6 +172,35 @@ def _hook_section(command: str) -> list[str]:
         "fault that needs a GPU reset exits 1, which drains the node, and the drain reason "
         "names the Xid, the GPU and the job ([Xid errors](xids.md)).",
     }[command]
+    return _argparse_section(command, parser, doc)
+
+
+def _gpubind_sections() -> list[str]:
+    """The Grid Engine queue's prolog and epilog (and the job's first step there)."""
+    from clusterjob.gpubind import hook
+
+    docs = {
+        "bind-gpus": "Grid Engine's queue `prolog` (root, before every job and task): reads "
+        "the GPUs the job booked (`qstat -j`'s hard resource list), claims that many free GPUs "
+        "of the model on this host with per-GPU locks, and runs the preflight against the "
+        "node map; the job's first step (`--job-step`) exports `CUDA_VISIBLE_DEVICES` and "
+        "`CUDA_DEVICE_ORDER=PCI_BUS_ID` from that claim, or claims the GPUs itself where no "
+        "prolog is installed. Exit 0 runs the job; 99 requeues it (the GPUs are held by "
+        "others); 100 puts it in error (`Eqw`: a wrong-model host, a failed preflight); see "
+        "[Run on a Grid Engine cluster](../how-to/gridengine.md).",
+        "release-gpus": "Grid Engine's queue `epilog` (root, after every job and task): frees "
+        "the job's GPU claims; always exits 0 (the claims also lapse when the job's processes "
+        "are gone).",
+    }
+    out: list[str] = []
+    for command, doc in docs.items():
+        out += _argparse_section(command, hook._parser(command), doc)
+    return out
+
+
+def _argparse_section(command: str, parser: argparse.ArgumentParser, doc: str) -> list[str]:
+    """A command that argparse reads (the node hooks, which run without Typer)."""
+    out = [f"## clusterjob {command} {{#{_anchor([command])}}}", ""]
     out += [doc, "", "```text", f"clusterjob {command} [OPTIONS]", "```", ""]
     rows = []
     for action in parser._actions:
@@ -210,6 +238,7 @@ def commands_page() -> str:
             out += _command_section(path, cmd)
     for command in hook_commands():
         out += _hook_section(command)
+    out += _gpubind_sections()
     out += _sample_usage_section()
     return "\n".join(out)
 
