@@ -6,6 +6,7 @@ leaving no process, mount or state behind."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -76,8 +77,14 @@ def test_up_runs_a_two_gpu_job_on_an_a100_host_and_down_leaves_nothing(
         )  # fmt: skip
         assert done.returncode == 7, done.stdout + done.stderr  # qsub -sync y: the job's
         job_id = done.stdout.split("Your job ", 1)[1].split()[0]
-        output = (jobs / f"two.o{job_id}").read_text().split()
-        assert output[0] in ("host=host1", "host=host2")
+        text = (jobs / f"two.o{job_id}").read_text()
+        # the queue's prolog (installed at up) claimed two of the host's GPUs for the job
+        bound, rest = text.split("\n", 1)
+        assert re.fullmatch(
+            rf"clusterjob: job {job_id} on (host1|host2): CUDA_VISIBLE_DEVICES=\d,\d", bound
+        ), text
+        output = rest.split()
+        assert output[0] == f"host={bound.split()[4].rstrip(':')}", text
         assert output[1:] == ["gpus=4", "name=NVIDIA", "A100-SXM4-80GB"]
         refused = subprocess.run(
             [*qsub, "-w", "e", "-l", "gpu=5", "two.sh"],
