@@ -124,9 +124,17 @@ def test_two_jobs_get_disjoint_gpus_and_a_job_end_or_the_epilog_frees_them(
     try:
         first = gb.bind(view, env, job="1", count=2, model_spec="a100", watch_pid=jobs[0].pid,
                         inventory=inv)  # fmt: skip
+        said: list[str] = []
         second = gb.bind(view, env, job="2", count=2, model_spec="a100", watch_pid=jobs[1].pid,
-                         inventory=inv)  # fmt: skip
+                         inventory=inv, say=said.append)  # fmt: skip
         assert {first.devices, second.devices} == {"0,1", "2,3"}
+        # the preflight's table of the check that passed, for the job's output: the host's
+        # slots, the job's two (marked *) among them
+        (table,) = said
+        assert table.splitlines()[-1].startswith("preflight ge-a01: OK (4 GPU slot(s)"), table
+        assert [ln.split()[0] for ln in table.splitlines() if "*" in ln.split()[0]] == [
+            f"{i}*" for i in second.devices.split(",")
+        ], table
         assert gb.current_binding("1", env) == first
         assert first.exports() == (
             "export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES="

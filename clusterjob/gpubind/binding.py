@@ -22,7 +22,7 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,10 +129,13 @@ def bind(
     watch_pid: int,
     lock_dir: Path | None = None,
     inventory: GpuInventory | None = None,
+    say: Callable[[str], object] | None = None,
 ) -> Binding:
     """Claim ``count`` GPUs of ``model_spec`` for ``job``, run the node-map preflight on them,
     and leave a holder watching ``watch_pid``. PreflightFailed: this host cannot give the
-    job what it booked (the job must not run here); NotEnoughFreeGpus: others hold them."""
+    job what it booked (the job must not run here); NotEnoughFreeGpus: others hold them.
+    ``say`` is given the preflight's table of a check that passed (the job's output shows
+    it, as on Slurm)."""
     model = None
     if model_spec:
         model = resolve_model(view, model_spec)
@@ -152,7 +155,7 @@ def bind(
         with selection_lock(lock_dir):
             chosen = _claim(lock_dir, gpus, model, count, held)
         devices = visible_devices(chosen)
-        _preflight(view, environ, inventory, chosen, model)
+        passed = _preflight(view, environ, inventory, chosen, model)
         path = binding_path(lock_dir, job)
         holder = _start_holder(held, watch_pid, start_time(watch_pid), path)
         for g in chosen:
@@ -161,6 +164,8 @@ def bind(
         held.release_all()  # ours only: the holder keeps its own copies open
     binding = Binding(job, devices, model, holder, start_time(holder))
     _write_binding(path, binding)
+    if say is not None:
+        say(passed)
     return binding
 
 
@@ -181,8 +186,9 @@ def _preflight(
     inventory: GpuInventory,
     chosen: tuple[HostGpu, ...],
     model: str | None,
-) -> None:
-    """The job preflight on the chosen GPUs, as the job would run it with these variables."""
+) -> str:
+    """The job preflight on the chosen GPUs, as the job would run it with these variables;
+    its table when it passes."""
     positions = visible_devices(chosen)
     env = {
         **{k: v for k, v in environ.items() if not k.startswith("SLURM_")},
@@ -200,6 +206,7 @@ def _preflight(
             f"the GPUs chosen on {view.node} fail the preflight against the site's node map:\n"
             + render_table(report)
         )
+    return render_table(report)
 
 
 def _start_holder(held: HeldClaims, watch_pid: int, watch_start: int | None, path: Path) -> int:

@@ -74,11 +74,12 @@ def _prolog(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     # CLUSTERJOB_LOCK_DIR would choose the GPUs or where root writes): the site file named
     # here or the default one, the lock dir this machine's, the host name the kernel's.
     trusted: dict[str, str] = {}
+    checked: list[str] = []  # the preflight's table, for the job's output after the binding
     try:
         view = gb.node_view(args.site or str(DEFAULT_SITE), trusted)
         found = gb.bind(
             view, trusted, job=job, count=booking.count, model_spec=booking.gpu_type,
-            watch_pid=shepherd,
+            watch_pid=shepherd, say=checked.append,
         )  # fmt: skip
     except PreflightFailed as exc:
         print(f"clusterjob bind-gpus: {exc}", file=sys.stderr)
@@ -89,7 +90,9 @@ def _prolog(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except Exception as exc:  # the job must not run unbound; the queue stays usable
         print(f"clusterjob bind-gpus: job {job}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return PrologExit.JOB_ERROR
+    # the prolog's standard output is the job's: the binding, then the table that proves it
     print(f"clusterjob: job {job} on {view.node}: CUDA_VISIBLE_DEVICES={found.devices}")
+    print(*checked, sep="\n")
     return PrologExit.RUN
 
 
@@ -104,8 +107,9 @@ def _job_step(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             watch = args.watch_pid if args.watch_pid is not None else os.getppid()
             view = gb.node_view(args.site, env)
             found = gb.bind(
-                view, env, job=job, count=args.gpus, model_spec=args.model, watch_pid=watch
-            )
+                view, env, job=job, count=args.gpus, model_spec=args.model, watch_pid=watch,
+                say=lambda table: print(table, file=sys.stderr),  # stdout is the exports
+            )  # fmt: skip
     except ClusterjobError as exc:
         print(f"clusterjob bind-gpus: {exc}", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -152,6 +153,12 @@ def test_a_two_gpu_a100_job_completes_and_wait_returns_0(ge: Cli, tmp_path: Path
     logs = ge("logs", job)
     assert logs.returncode == 0, logs.stdout + logs.stderr
     assert "training with ['--lr', '3']" in logs.stdout, logs.stdout
+    # the GPUs clusterjob bound for the job, proved against the node map before it ran: the
+    # preflight table, as on Slurm (two slots of the host's four taken, each an A100)
+    out = logs.stdout
+    assert re.search(r"^preflight host[12]: OK \(4 GPU slot\(s\)", out, re.M), out
+    taken = [ln for ln in out.splitlines() if re.match(r"^\d+\* ", ln)]
+    assert len(taken) == 2 and all(re.search(r"\bA100\b.*\bok$", ln) for ln in taken), out
 
 
 def test_a_job_exiting_3_is_failed_with_exit_3(ge: Cli) -> None:

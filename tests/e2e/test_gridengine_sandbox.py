@@ -83,8 +83,11 @@ def test_up_runs_a_two_gpu_job_on_an_a100_host_and_down_leaves_nothing(
         assert re.fullmatch(
             rf"clusterjob: job {job_id} on (host1|host2): CUDA_VISIBLE_DEVICES=\d,\d", bound
         ), text
-        output = rest.split()
-        assert output[0] == f"host={bound.split()[4].rstrip(':')}", text
+        # then the preflight's table of the two GPUs, then the job's own output
+        host = bound.split()[4].rstrip(":")
+        table, job_output = rest.split(f"host={host}\n", 1)
+        assert f"preflight {host}: OK (4 GPU slot(s)" in table, text
+        output = [f"host={host}", *job_output.split()]
         assert output[1:] == ["gpus=4", "name=NVIDIA", "A100-SXM4-80GB"]
         refused = subprocess.run(
             [*qsub, "-w", "e", "-l", "gpu=5", "two.sh"],
