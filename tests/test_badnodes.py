@@ -8,12 +8,14 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from slurm_fake import FakeSlurm
 
-from clusterjob.api.cluster import Cluster
+from clusterjob.api.cluster import WORKER_NAME, Cluster
 from clusterjob.cli import run
 from clusterjob.jobs.badnodes import AvoidList, findings, merged_exclude, retry_token
 from clusterjob.slurm.runner import SlurmResult
@@ -213,6 +215,35 @@ def test_a_job_future_becomes_its_retry(here: Path) -> None:
     row = job.result(timeout=60)
     assert (row.state, row.nodes) == ("COMPLETED", "gpu2")
     assert job.id == row.job_id != first and len(slurm.commands("sbatch")) == 2
+    assert job.retries[0].endswith(f"submitted again as job {job.id} without gpu1 "
+                                   "(--retry-bad-node: 0 more left)"), job.retries  # fmt: skip
+
+
+class NodeThatFailsThenRuns(NodeThatFails):
+    """As NodeThatFails; a retry runs the function job's worker, as the node would."""
+
+    jobdir = ""
+
+    def _sbatch(self, cmd: list[str], timeout: float) -> SlurmResult:
+        result = super()._sbatch(cmd, timeout)
+        if len(self.commands("sbatch")) > 1:
+            worker = Path(self.jobdir) / WORKER_NAME
+            subprocess.run([sys.executable, str(worker), self.jobdir], check=True, timeout=60)
+        return result
+
+
+def test_a_function_job_future_becomes_its_retry_and_returns_its_value(here: Path) -> None:
+    """retry_bad_node on a function job: its Job follows the retry (same input, same
+    directory) to the function's value, not to 'no result' from the bad node's job."""
+    pytest.importorskip("cloudpickle")
+    slurm = NodeThatFailsThenRuns(here)
+    cluster = Cluster(str(SANDBOX_SITE), host="", exec=slurm, poll_interval=0.05)
+    job = cluster.options(gpus=1, model="A100", retry_bad_node=1).submit_function(pow, 2, 10)
+    assert job.jobdir is not None
+    slurm.jobdir = job.jobdir
+    first = job.id
+    assert job.result(timeout=60) == 1024
+    assert job.id != first and len(slurm.commands("sbatch")) == 2
     assert job.retries[0].endswith(f"submitted again as job {job.id} without gpu1 "
                                    "(--retry-bad-node: 0 more left)"), job.retries  # fmt: skip
 

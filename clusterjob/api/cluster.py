@@ -1467,10 +1467,13 @@ class Job(concurrent.futures.Future):  # type: ignore[type-arg]
             if first is None or now - first < RESULT_GRACE:
                 self._completed_without_result = first or now
                 return  # a shared file system may show the result a moment later
+        elif self._followed_to_retry(row):  # its retry runs the same input in the same
+            return  # directory and writes the result file this Job reads
         self._set(exception=self._no_result(row))
 
     def _followed_to_retry(self, row: JobStatus) -> bool:
-        """A command job's end read for bad nodes once (``Cluster.bad_node_follow``); with
+        """A job's end (a command's, or a function's that left no result) read for bad nodes
+        once (``Cluster.bad_node_follow``); with
         ``retry_bad_node`` left, this Job becomes the retry submitted without the node (its
         id changes; ``retries`` says what was done) and waits on. True then."""
         if row.job_id in self._followed:
