@@ -150,6 +150,7 @@ def test_no_sbatch_line_in_a_grid_engine_script() -> None:
         (dict(gpus=2, model="A100", nodes=2), "more than one node"),
         (dict(gpus=1, model="A100", qos="high"), "--qos"),
         (dict(gpus=1, model="A100", constraint="ib"), "--constraint"),
+        (dict(gpus=1, model="A100", retry_bad_node=1), "--retry-bad-node"),
         (dict(gpus=1, model="A100", cpus_per_gpu=8), "CPUs per GPU"),
         (dict(gpus=1, model="A100", dependency="afterok:3"), "afterany"),
         (dict(gpus=1, model="A100", array="1,3"), "one range"),

@@ -285,7 +285,7 @@ def show(
         ("site", info["site"]),
         ("token", info["token"]),
         ("script", info["script_path"]),
-        ("sbatch command", info["sbatch_command"]),
+        (_submit_label(str(info["sbatch_command"])), info["sbatch_command"]),
     ]
     if info["python"]:
         rows.append(("python", f"{info['python']} ({info['python_why']})"))
@@ -299,6 +299,11 @@ def show(
         rows.append(("hardware", f"{info['hardware']} during the job, not your program"))
     rows += [("gpu usage" if i == 0 else "", line) for i, line in enumerate(_usage(info))]
     print("\n".join(f"{k + ':' if k else '':<16}{printable(str(v))}" for k, v in rows))
+
+
+def _submit_label(command: str) -> str:
+    """``sbatch command`` or ``qsub command``: the row named by the program it runs."""
+    return f"{command.split(' ', 1)[0]} command"
 
 
 def _usage(info: dict[str, object]) -> list[str]:

@@ -4,6 +4,9 @@ Free = a node's configured GPU GRES (``Gres=``) minus those in use (``GresUsed=`
 ``scontrol show node -o -d``: one Slurm call for the whole cluster). Drained and down nodes
 are left out and named, since their GPUs cannot be had. The start estimate is Slurm's own
 (``sbatch --test-only`` of the job ``clusterjob submit`` would render), not a guess.
+
+A scheduler followed through its backend's ``JobControl`` (Grid Engine) counts its hosts'
+free GPUs itself (``JobControl.gpu_hosts``); the same rows are built from that count.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from clusterjob.errors import UsageError, printable
+from clusterjob.jobscript.backends import backend_for
+from clusterjob.jobscript.control import HostGpus, JobControl
 from clusterjob.site.model import Site
 from clusterjob.slurm.commands import SlurmClient
 from clusterjob.slurm.parse import (
@@ -134,14 +139,29 @@ def summarise(
     partition: str | None = None,
 ) -> Availability:
     """Free GPUs by partition and model (pure: parsed ``scontrol show node -o -d``)."""
-    wanted = None
-    if model is not None:
-        found = site.model(model)
-        if found is None:
-            known = ", ".join(m.name for m in site.models)
-            raise UsageError(f"unknown GPU model {model!r} at site {site.name}; models: {known}")
-        wanted = found.name
+    wanted = _wanted_model(site, model)
     usable, skipped, unknown = node_free(site, nodes)
+    rows = _rows(usable, wanted, partition)
+    if partition is not None:
+        skipped = [s for s in skipped if _in_partition(nodes, s.node, partition)]
+    return Availability(site.name, rows, tuple(skipped), tuple(unknown))
+
+
+def _wanted_model(site: Site, model: str | None) -> str | None:
+    """The site's canonical name of ``--model``; UsageError naming the models if unknown."""
+    if model is None:
+        return None
+    found = site.model(model)
+    if found is None:
+        known = ", ".join(m.name for m in site.models)
+        raise UsageError(f"unknown GPU model {model!r} at site {site.name}; models: {known}")
+    return found.name
+
+
+def _rows(
+    usable: Sequence[NodeFree], wanted: str | None, partition: str | None
+) -> tuple[ModelFree, ...]:
+    """The nodes' GPUs summed by partition and model."""
     groups: dict[tuple[str, str], list[NodeFree]] = {}
     for entry in usable:
         if wanted is not None and entry.model != wanted:
@@ -149,7 +169,7 @@ def summarise(
         for part in entry.partitions:
             if partition is None or part == partition:
                 groups.setdefault((part, entry.model), []).append(entry)
-    rows = [
+    return tuple(
         ModelFree(
             partition=part,
             model=name,
@@ -159,10 +179,35 @@ def summarise(
             nodes_free=tuple(e.node for e in entries if e.free),
         )
         for (part, name), entries in sorted(groups.items())
-    ]
-    if partition is not None:
-        skipped = [s for s in skipped if _in_partition(nodes, s.node, partition)]
-    return Availability(site.name, tuple(rows), tuple(skipped), tuple(unknown))
+    )
+
+
+def host_free(site: Site, host: HostGpus) -> NodeFree:
+    """A host the scheduler counts GPUs on (not Slurm), in ``NodeFree``'s words: its total
+    is the site's node map's (the scheduler reports only what is left); its partitions are
+    the site's partitions that list it."""
+    mapped = site.node_map.gpus(host.host)
+    total = max(len(mapped), host.free) if mapped is not None else host.free
+    return NodeFree(
+        node=host.host,
+        partitions=tuple(p.name for p in site.partitions if host.host in p.node_names),
+        model=_model_name(site, host.gpu_type, host.host),
+        total=total,
+        free=host.free,
+    )
+
+
+def summarise_hosts(
+    site: Site,
+    hosts: Sequence[HostGpus],
+    *,
+    model: str | None = None,
+    partition: str | None = None,
+) -> Availability:
+    """Free GPUs by partition and model from a scheduler's per-host count (pure)."""
+    wanted = _wanted_model(site, model)
+    usable = [host_free(site, h) for h in hosts]
+    return Availability(site.name, _rows(usable, wanted, partition), ())
 
 
 def _in_partition(nodes: Sequence[NodeRecord], name: str, partition: str) -> bool:
@@ -208,12 +253,17 @@ def availability(
     """Free GPUs now; with ``gpus``, also Slurm's earliest start for such a job.
     ``avoided``: the avoid list's nodes, as said (their GPUs are counted: others may use
     them; your submissions exclude them)."""
-    client = client or SlurmClient()
     if partition is not None and site.partition(partition) is None:
         known = ", ".join(p.name for p in site.partitions)
         raise UsageError(
             f"unknown partition {partition!r} at site {site.name}; partitions: {known}"
         )
+    control = backend_for(site).control()
+    if control is not None:
+        return controlled_availability(
+            site, control, model=model, gpus=gpus, partition=partition, avoided=avoided
+        )
+    client = client or SlurmClient()
     result = summarise(site, client.nodes(), model=model, partition=partition)
     result = replace(result, avoided=tuple(avoided))
     if gpus is None:
@@ -224,6 +274,27 @@ def availability(
     found = site.model(model) if model else None
     what = f"{gpus} x {found.name if found else 'GPU'}"
     return replace(result, estimate=estimate, request=what)
+
+
+def controlled_availability(
+    site: Site,
+    control: JobControl,
+    *,
+    model: str | None,
+    gpus: int | None,
+    partition: str | None,
+    avoided: Sequence[str] = (),
+) -> Availability:
+    """Free GPUs now on a scheduler followed through its backend (Grid Engine): one call for
+    every host's count. No start estimate: such a scheduler gives none (refused, not guessed)."""
+    if gpus is not None:
+        label = backend_for(site).label
+        raise UsageError(
+            f"site {site.name} runs {label}, which gives no start estimate: leave --gpus out"
+        )
+    _wanted_model(site, model)  # an unknown model is refused before the scheduler is asked
+    result = summarise_hosts(site, control.gpu_hosts(), model=model, partition=partition)
+    return replace(result, avoided=tuple(avoided))
 
 
 def format_availability(avail: Availability) -> list[str]:

@@ -109,7 +109,7 @@ def submit(
             raise
 
     record = send_recorded(registry, pending, send, lambda: "")
-    command = [backend.submit_program, "-wd", str(work), str(path)]
+    command = backend.submit_command(str(path), str(work))
     return Submitted(
         record.job_id,
         record.cluster,

@@ -33,7 +33,7 @@ from clusterjob.jobs.followup import follow_up
 from clusterjob.jobs.private_files import ensure_private_dir, write_private
 from clusterjob.jobs.registry import JobRecord, Registry, data_dir
 from clusterjob.jobs.status import cache_for, settle_pending
-from clusterjob.jobscript.backends import backend_for, check_submits
+from clusterjob.jobscript.backends import backend_for, backend_named, check_submits
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
 from clusterjob.slurm.parse import StartEstimate, SubmittedJobId, is_final
 from clusterjob.slurm.syntax import split_array_id
@@ -786,8 +786,9 @@ def provenance(
         "git_dirty": commit.endswith("-dirty") if commit else None,
         "token": record.token,
         "script_path": record.script_path,
+        # the key keeps its name for every scheduler (``submit --json`` names it so too)
         "sbatch_command": shlex.join(
-            ["sbatch", "--parsable", f"--chdir={record.work_dir}", record.script_path]
+            backend_named(record.scheduler).submit_command(record.script_path, record.work_dir)
         ),
         "resubmit_of": record.resubmit_of,
         "state": record.state,

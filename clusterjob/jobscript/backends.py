@@ -54,6 +54,11 @@ class SchedulerBackend(Protocol):
 
     def submit_argv(self, script_path: str) -> list[str]: ...
 
+    def submit_command(self, script_path: str, workdir: str) -> list[str]:
+        """The command that submits the written script from ``workdir``, as ``show`` and
+        ``submit`` print it for a person to rerun."""
+        ...
+
     def control(self) -> JobControl | None:
         """The scheduler's job commands (``clusterjob.jobscript.control``) the jobs layer
         submits, follows and cancels its jobs with; None: Slurm, whose jobs go through the
@@ -75,6 +80,9 @@ class SlurmBackend:
 
     def submit_argv(self, script_path: str) -> list[str]:
         return ["sbatch", "--parsable", script_path]
+
+    def submit_command(self, script_path: str, workdir: str) -> list[str]:
+        return ["sbatch", "--parsable", f"--chdir={workdir}", script_path]
 
     def control(self) -> JobControl | None:
         return None
@@ -121,6 +129,9 @@ class GridEngineBackend:
     def submit_argv(self, script_path: str) -> list[str]:
         return ["qsub", script_path]
 
+    def submit_command(self, script_path: str, workdir: str) -> list[str]:
+        return ["qsub", "-wd", workdir, script_path]  # GridEngineControl.submit's options
+
     def control(self) -> JobControl | None:
         from clusterjob.jobscript.control import GridEngineControl
 
@@ -135,6 +146,8 @@ class GridEngineBackend:
             "--qos": resolved.qos is not None,
             "--constraint": resolved.constraint is not None,
             "--exclude": request.exclude is not None,
+            # its retry resubmits with the bad node excluded: Slurm's --exclude and sbatch
+            "--retry-bad-node": request.retry_bad_node > 0,
             "--nodelist": request.nodelist is not None,
             "--signal": request.signal is not None,
             "--sbatch-arg (and a site's defaults.sbatch)": bool(resolved.sbatch_args),

@@ -2,7 +2,8 @@
 
 ``JobControl`` is what the jobs layer asks of a scheduler whose jobs it follows through a
 backend (``SchedulerBackend.control``): submit a written script, the state of some jobs in
-clusterjob's words (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED), why one waits, cancel.
+clusterjob's words (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED), why one waits, cancel,
+the free GPUs on each host (``avail``).
 Grid Engine implements it here over ``clusterjob.gridengine``; Slurm's jobs still go
 through the jobs layer's own ``SlurmClient`` path (its backend has no ``control`` yet).
 """
@@ -35,6 +36,15 @@ class TaskState:
 
 
 @dataclass(frozen=True)
+class HostGpus:
+    """One execution host's GPUs as the scheduler counts them now."""
+
+    host: str
+    gpu_type: str | None  # the scheduler's name for the model (a site model's gres_type)
+    free: int  # what the scheduler would still hand out there
+
+
+@dataclass(frozen=True)
 class Submission:
     job_id: str
     cluster: str = ""
@@ -62,6 +72,10 @@ class JobControl(Protocol):
 
     def output_path(self, workdir: str, name: str, job_id: str, task: int | None) -> str:
         """Where a job's output goes when its script names no file."""
+        ...
+
+    def gpu_hosts(self) -> list[HostGpus]:
+        """Every host with GPUs and how many are free now (one scheduler call)."""
         ...
 
 
@@ -104,6 +118,13 @@ class GridEngineControl:
         # qsub -j y -cwd: NAME.oID (an array task: NAME.oID.TASK, Grid Engine's task id)
         suffix = f".{task + 1}" if task is not None else ""
         return f"{workdir.rstrip('/')}/{name}.o{job_id}{suffix}"
+
+    def gpu_hosts(self) -> list[HostGpus]:
+        # qhost -F shows a consumable's remaining capacity ("hc:gpu=2.000000" on a 4-GPU
+        # host running a 2-GPU job), so the value is what is free, bookings already taken off.
+        return [
+            HostGpus(h.name, h.gpu_type, h.gpus) for h in self.client.hosts() if h.gpus is not None
+        ]
 
 
 def _queued_tasks(job: QueuedJob) -> list[TaskState]:
