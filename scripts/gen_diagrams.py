@@ -317,6 +317,7 @@ LAYER_WORDS = {
     "errors": "one exception hierarchy, ExitCode",
     "envvars": "the environment variables",
     "pci": "PCI bus IDs",
+    "process": "a scheduler client run in its own process group, C locale",
     "resources": "templates, example sites",
 }
 

@@ -10,16 +10,14 @@ Tests inject a fake ``exec`` function (``Runner(exec=...)``) instead of patching
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clusterjob.errors import GridEngineError, GridEngineTransientError, GridEngineUnavailable
+from clusterjob.process import run_in_group
 
 COMMANDS = ("qsub", "qstat", "qacct", "qdel", "qhost", "qconf")
 
@@ -64,28 +62,9 @@ Exec = Callable[[Sequence[str], float, "str | None"], GridEngineResult]
 
 
 def subprocess_exec(cmd: Sequence[str], timeout: float, input: str | None) -> GridEngineResult:
-    """Run ``cmd`` for real, in the C locale (qacct's dates and qstat's words are parsed), in
-    its own process group so that a timeout ends all of it."""
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"
-    with subprocess.Popen(
-        list(cmd),
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    ) as proc:
-        try:
-            stdout, stderr = proc.communicate(input, timeout=timeout)
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.communicate(timeout=2)
-            raise
-    return GridEngineResult(tuple(cmd), proc.returncode, stdout, stderr)
+    """Run ``cmd`` for real (``clusterjob.process.run_in_group``: the C locale, in which qacct's
+    dates and qstat's words are parsed; its own process group, so a timeout ends all of it)."""
+    return GridEngineResult(tuple(cmd), *run_in_group(cmd, timeout, input))
 
 
 def is_transient(stderr: str) -> bool:

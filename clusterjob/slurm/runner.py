@@ -20,10 +20,8 @@ gives up within that many seconds instead of the default windows (up to two minu
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +29,7 @@ from dataclasses import dataclass
 
 from clusterjob import envvars
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
+from clusterjob.process import run_in_group
 from clusterjob.slurm.ssh import SSH_LOST, SshTarget, ssh_argv, ssh_failure
 
 # stderr fragments that mean "the controller did not answer this time", not "your request is
@@ -130,40 +129,7 @@ def subprocess_exec(
         # the clients would retry reading it for 60 s before saying so; say it now
         message = f"{cmd[0]}: SLURM_CONF={conf} does not exist: {NO_CONFIG_MARKERS[1]}"
         return SlurmResult(tuple(cmd), 1, "", message)
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"
-    # Its own process group, so a timeout ends everything it started (a wrapper script's
-    # children too), not only the direct child while the rest holds our pipes open.
-    with subprocess.Popen(
-        list(cmd),
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    ) as proc:
-        try:
-            stdout, stderr = proc.communicate(input, timeout=timeout)
-        except BaseException:  # the timeout, or Ctrl-C: the group no longer reaches the tty
-            _kill_group(proc)
-            raise
-    return SlurmResult(tuple(cmd), proc.returncode, stdout, stderr)
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL ``proc``'s whole process group and reap it, without waiting on stray pipes."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.communicate(timeout=2)
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-    proc.wait()
+    return SlurmResult(tuple(cmd), *run_in_group(cmd, timeout, input))
 
 
 def is_transient(stderr: str) -> bool:

@@ -1,0 +1,52 @@
+"""Running a scheduler's client command: the one way both schedulers' runners start one.
+
+In the C locale (the parsers read the clients' English words and dates) and in a process
+group of its own, so that a timeout, or Ctrl-C, ends everything it started (a wrapper
+script's children too), not only the direct child while the rest holds our pipes open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+
+
+def run_in_group(cmd: Sequence[str], timeout: float, input: str | None) -> tuple[int, str, str]:
+    """``(returncode, stdout, stderr)`` of ``cmd``. Raises FileNotFoundError when it is not
+    installed and subprocess.TimeoutExpired when it ran past ``timeout`` (its whole group
+    killed and reaped first)."""
+    env = dict(os.environ)
+    env["LC_ALL"] = "C"
+    with subprocess.Popen(
+        list(cmd),
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(input, timeout=timeout)
+        except BaseException:  # the timeout, or Ctrl-C: the group no longer reaches the tty
+            kill_group(proc)
+            raise
+    return proc.returncode, stdout, stderr
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL ``proc``'s whole process group and reap it, without waiting on stray pipes."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=2)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    proc.wait()
