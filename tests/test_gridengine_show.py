@@ -13,6 +13,7 @@ import pytest
 from clusterjob.cli import run
 from clusterjob.jobs.registry import JobRecord, Registry
 from clusterjob.jobs.submit import provenance
+from clusterjob.resources import site_configs_dir
 
 
 @pytest.fixture
@@ -76,3 +77,28 @@ def test_a_slurm_jobs_show_is_unchanged(data: Path, capsys: pytest.CaptureFixtur
     assert run(["show", "33"]) == 0
     out = capsys.readouterr().out
     assert "sbatch command: sbatch --parsable --chdir=/home/ana/run '/s/a b.sh'" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["resubmit", "34", "--same-script"], "--same-script not yet"),
+        (["resubmit", "34_2"], "a task id not yet"),
+        (["resubmit", "34", "--failed"], "--failed not yet"),
+    ],
+)
+def test_resubmit_refuses_what_would_go_to_sbatch(
+    data: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    said: str,
+) -> None:
+    """Replaying a Grid Engine job's script, or some of its tasks, is Slurm's path (#SBATCH
+    lines, sbatch): refused in one line, nothing run."""
+    monkeypatch.setenv("CLUSTERJOB_SITE", str(site_configs_dir() / "gelab.yaml"))
+    Registry().add(ge_record("34", script="#!/bin/bash\n#$ -t 1-4:1\n"))
+    assert run(args) == 2
+    err = capsys.readouterr().err
+    assert f"job 34 ran on Grid Engine, where resubmit renders the job again: {said}" in err
+    assert len(err.strip().splitlines()) == 1, err

@@ -542,6 +542,7 @@ def resubmit(
     registry = registry or Registry(host=client.runner.transport.label)
     base, task = split_array_id(registry.resolve_id(job))
     record = _tracked(registry, base, client)
+    _refuse_replays_the_scheduler_lacks(record, task, failed=failed, same_script=same_script)
     tasks = _tasks_again(record, task, failed, changes, client, registry)
     resubmit_of = record.job_id if task is None else f"{record.job_id}_{task}"
     if same_script:
@@ -591,6 +592,30 @@ def resubmit(
     cache_for(client).clear()
     assert isinstance(result, Submitted)
     return result
+
+
+def _refuse_replays_the_scheduler_lacks(
+    record: JobRecord, task: str | None, *, failed: bool, same_script: bool
+) -> None:
+    """A job of a scheduler followed through its backend (Grid Engine) is resubmitted by
+    rendering it again: replaying its script and picking tasks read Slurm's #SBATCH lines and
+    submit with sbatch, so they are refused in one line rather than sent to the wrong
+    scheduler."""
+    backend = backend_named(record.scheduler)
+    if backend.control() is None:
+        return
+    asked = [
+        name
+        for name, wanted in (
+            ("--same-script", same_script), ("a task id", task is not None), ("--failed", failed)
+        )
+        if wanted
+    ]  # fmt: skip
+    if asked:
+        raise UsageError(
+            f"job {record.job_id} ran on {backend.label}, where resubmit renders the job "
+            f"again: {', '.join(asked)} not yet; leave it out"
+        )
 
 
 def _keep_recorded_why(resolved: ResolvedJob, recorded: JobRequest) -> ResolvedJob:
