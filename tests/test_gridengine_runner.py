@@ -165,6 +165,13 @@ def test_client_unknown_jobs() -> None:
     assert client.qdel(["99"]) is False
 
 
+def test_qacct_before_any_job_ended_has_no_record_yet() -> None:
+    """A new cluster has no accounting file until its first job ends: that is 'not yet',
+    which status reads as the job still finishing (a first `wait` failed on it)."""
+    fake = Commands({"qacct": [(1, "", recorded("qacct-j-no-accounting-file.txt"))]})
+    assert GridEngineClient(runner(fake)).accounting("1") == []
+
+
 def test_client_job_state_asks_qacct_only_once_qstat_forgot_the_job() -> None:
     listed = recorded("qstat-xml-held.xml")
     held = next(j for j in parse_qstat_xml(listed) if j.name == "held")

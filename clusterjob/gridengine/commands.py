@@ -39,6 +39,11 @@ def _unknown_job(exc: GridEngineError) -> bool:
     return any(marker in exc.stderr for marker in _UNKNOWN_JOB)
 
 
+def _no_accounting_yet(exc: GridEngineError) -> bool:
+    """qacct on a cluster where no job has ended yet: it has no accounting file at all."""
+    return "accounting: No such file or directory" in exc.stderr
+
+
 def _parsed(cmd: str, error: ValueError) -> GridEngineError:
     return GridEngineError([cmd], 0, f"unreadable output: {error}")
 
@@ -93,7 +98,7 @@ class GridEngineClient:
         try:
             text = self._query(["qacct", "-j", job_id])
         except GridEngineError as exc:
-            if _unknown_job(exc):
+            if _unknown_job(exc) or _no_accounting_yet(exc):
                 return []
             raise
         try:
