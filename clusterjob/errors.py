@@ -63,8 +63,9 @@ class SiteNotFound(ClusterjobError):
     """No site config could be found through the documented search order."""
 
 
-class SlurmError(ClusterjobError):
-    """A Slurm command failed. Carries the command, its exit code and its stderr."""
+class SchedulerCommandError(ClusterjobError):
+    """A scheduler's client command failed. Carries the command, its exit code and its
+    stderr; the message names the command and the first line it printed."""
 
     def __init__(self, cmd: list[str], returncode: int | None, stderr: str, hint: str = "") -> None:
         self.cmd = list(cmd)
@@ -76,6 +77,10 @@ class SlurmError(ClusterjobError):
         if hint:
             msg += f" -- {hint}"
         super().__init__(msg)
+
+
+class SlurmError(SchedulerCommandError):
+    """A Slurm command failed."""
 
 
 class SlurmTransientError(SlurmError):
@@ -96,20 +101,8 @@ class SubmitInterrupted(KeyboardInterrupt):
     or that its token finds it): the CLI prints the message and exits 130."""
 
 
-class GridEngineError(ClusterjobError):
-    """A Grid Engine command (qsub, qstat, qacct, qdel, qhost, qconf) failed. Carries the
-    command, its exit code and its stderr, as ``SlurmError`` does for Slurm's."""
-
-    def __init__(self, cmd: list[str], returncode: int | None, stderr: str, hint: str = "") -> None:
-        self.cmd = list(cmd)
-        self.returncode = returncode
-        self.stderr = stderr.strip()
-        self.hint = hint
-        first = self.stderr.splitlines()[0] if self.stderr else "no error output"
-        msg = f"{cmd[0]} failed (exit {returncode}): {first}"
-        if hint:
-            msg += f" -- {hint}"
-        super().__init__(msg)
+class GridEngineError(SchedulerCommandError):
+    """A Grid Engine command (qsub, qstat, qacct, qdel, qhost, qconf) failed."""
 
 
 class GridEngineTransientError(GridEngineError):
