@@ -1655,14 +1655,18 @@ def _failed(job_id: str, row: JobStatus) -> JobFailed:
 
 
 _POLLERS: weakref.WeakSet[_Poller] = weakref.WeakSet()
+STOP_JOIN_SECONDS = 30.0  # how long stop_polling waits for a refresh under way to end
 
 
 def stop_polling() -> None:
     """End every cluster's polling thread (its futures are left as they are). For a program
     that is done waiting, and for tests: a thread left polling one test's jobs would ask the
     next test's Slurm about them."""
-    for poller in list(_POLLERS):
+    pollers = list(_POLLERS)
+    for poller in pollers:
         poller.stop()
+    for poller in pollers:  # a refresh under way finishes first (it may write the registry)
+        poller.join(timeout=STOP_JOIN_SECONDS)
 
 
 class _Poller:
@@ -1690,6 +1694,12 @@ class _Poller:
             self._stopped = True
             self._jobs = []
         self._wake.set()
+
+    def join(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, for a stopped thread to end."""
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def add(self, job: Job) -> None:
         with self._lock:
