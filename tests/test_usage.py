@@ -15,7 +15,7 @@ from standin_fixtures import _PACKAGE_ROOT
 
 from clusterjob import envvars
 from clusterjob.gpu.nvml import GpuUsage as NvmlReading
-from clusterjob.jobs import registry
+from clusterjob.jobs import private_files
 from clusterjob.jobs.usage import (
     GpuUsage,
     idle_note,
@@ -73,7 +73,7 @@ def test_node_side_data_dir_is_the_registrys(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.delenv("XDG_DATA_HOME", raising=False)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        assert node_usage.data_dir(os.environ) == registry.data_dir()
+        assert node_usage.data_dir(os.environ) == private_files.data_dir()
 
 
 def test_sampler_writes_after_each_sample_and_marks_the_end(tmp_path: Path) -> None:

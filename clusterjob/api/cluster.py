@@ -682,7 +682,7 @@ class Cluster:
     def _function_root(self) -> str:
         if self.remote:
             return str(PurePosixPath(self._remote_workdir()) / ".clusterjob" / "functions")
-        from clusterjob.jobs.registry import data_dir
+        from clusterjob.jobs.private_files import data_dir
 
         return str(data_dir() / "functions")
 
@@ -707,7 +707,7 @@ class Cluster:
         options = dict(self._defaults)
         token = new_token()
         if self.debug:  # a directory named, never made: the job is checked, then run here
-            from clusterjob.jobs.registry import data_dir
+            from clusterjob.jobs.private_files import data_dir
 
             jobdir = f"{data_dir() / 'functions'}/{token}"
         else:

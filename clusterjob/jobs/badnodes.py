@@ -22,8 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from clusterjob.jobs.private_files import ensure_private_dir
-from clusterjob.jobs.registry import data_dir
+from clusterjob.jobs.private_files import data_dir, ensure_private_dir
 from clusterjob.jobscript.requeues import PREFLIGHT_EXIT
 
 __all__ = [

@@ -20,16 +20,28 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from clusterjob import envvars
 from clusterjob.errors import ClusterjobError
 
 __all__ = [
     "check_own",
     "create_private_file",
+    "data_dir",
     "ensure_private_dir",
     "narrow_to_owner",
     "read_own_file",
     "write_private",
 ]
+
+
+def data_dir() -> Path:
+    """Where clusterjob keeps its registry, job scripts and status cache."""
+    override = os.environ.get(envvars.DATA_DIR)
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "clusterjob"
+
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

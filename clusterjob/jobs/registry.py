@@ -23,10 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from clusterjob import envvars
 from clusterjob.errors import RegistryCorrupt, RegistryError, UsageError
 from clusterjob.jobs.private_files import (
     create_private_file,
+    data_dir,
     ensure_private_dir,
     narrow_to_owner,
 )
@@ -70,15 +70,6 @@ CREATE INDEX IF NOT EXISTS jobs_job_id ON jobs (job_id, cluster);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_submitted ON jobs (submitted_at);
 """
-
-
-def data_dir() -> Path:
-    """Where clusterjob keeps its registry, job scripts and status cache."""
-    override = os.environ.get(envvars.DATA_DIR)
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "clusterjob"
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 
 from clusterjob.errors import UsageError
-from clusterjob.jobs.private_files import ensure_private_dir
-from clusterjob.jobs.registry import JobRecord, data_dir
+from clusterjob.jobs.private_files import data_dir, ensure_private_dir
+from clusterjob.jobs.registry import JobRecord
 from clusterjob.slurm.parse import is_final
 
 SNAPSHOTS = "snapshots"

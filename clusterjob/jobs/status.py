@@ -24,7 +24,8 @@ from clusterjob import envvars
 from clusterjob.errors import UsageError
 from clusterjob.jobs.explain import explain, is_pending_reason
 from clusterjob.jobs.hardware import with_hardware
-from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate, data_dir
+from clusterjob.jobs.private_files import data_dir
+from clusterjob.jobs.registry import JobRecord, Registry, StateUpdate
 from clusterjob.jobs.usage import GpuUsage, with_usage
 from clusterjob.jobscript.requeues import LIMIT_EXIT, limit_text, stopped_at_limit
 from clusterjob.slurm import parse

@@ -30,8 +30,8 @@ from clusterjob.errors import (
 )
 from clusterjob.jobs.explain import sbatch_hints
 from clusterjob.jobs.followup import follow_up
-from clusterjob.jobs.private_files import ensure_private_dir, write_private
-from clusterjob.jobs.registry import JobRecord, Registry, data_dir
+from clusterjob.jobs.private_files import data_dir, ensure_private_dir, write_private
+from clusterjob.jobs.registry import JobRecord, Registry
 from clusterjob.jobs.status import cache_for, settle_pending
 from clusterjob.jobscript.backends import backend_for, backend_named, check_submits
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script

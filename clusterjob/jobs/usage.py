@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterjob.jobs.registry import data_dir
+from clusterjob.jobs.private_files import data_dir
 
 if TYPE_CHECKING:
     from clusterjob.jobs.registry import JobRecord

@@ -73,7 +73,7 @@ def sample_interval(environ: Mapping[str, str]) -> float:
 
 
 def data_dir(environ: Mapping[str, str]) -> Path:
-    """The user's clusterjob data dir, by the rule of ``clusterjob.jobs.registry.data_dir``
+    """The user's clusterjob data dir, by the rule of ``clusterjob.jobs.private_files.data_dir``
     (a floor above: not imported here; tests/test_usage.py holds the two to one answer)."""
     override = environ.get(envvars.DATA_DIR)
     if override:
