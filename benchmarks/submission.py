@@ -27,7 +27,7 @@ from benchmarks.slurm_load import count_calls, wrap_clients
 from clusterjob.sandbox.cluster import resolve_state_dir
 from clusterjob.sandbox.config import Layout
 
-TARGET_RATIO = 1.5
+TARGET_RATIO = 5.0  # a one-job submit (or a sweep, one array job) / a bare sbatch of its script
 SWEEP_TASKS = 200
 DATA = "CLUSTERJOB_DATA_DIR"
 # The local sandbox's site: the one CLUSTERJOB_SANDBOX_DIR names (each Slurm release's

@@ -2,16 +2,14 @@
 
 The Slurm hooks (``prolog``, ``task-prolog``) run before every job on every node, so they
 are dispatched here to a stdlib-only path (``clusterjob.node.hooks``) without importing
-Typer, Rich or Jinja2. Everything else goes through the Typer app in ``clusterjob.cli``.
+Typer, Rich or Jinja2; so are the usual command lines of ``submit`` and ``status``
+(``clusterjob.cli.fastpath``).
+Everything else goes through the Typer app in ``clusterjob.cli.app``.
 """
 
 from __future__ import annotations
 
 import sys
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
-if TYPE_CHECKING:  # the hooks run before every job: typing is not imported at run time
-    from typing import NoReturn
 
 HOOK_COMMANDS = ("prolog", "task-prolog", "epilog")
 
@@ -22,9 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         from clusterjob.node.hooks import hook_main
 
         code = hook_main(args)
-        if argv is None:  # this process is the hook slurmd started: end it here
-            _end_hook_process(code)
-        return code
+        return _end_process(code) if argv is None else code  # slurmd's process: end it here
     if args[:1] in (["bind-gpus"], ["release-gpus"]):  # a Grid Engine prolog/epilog: no Typer
         from clusterjob.gpubind.hook import bind_main, release_main
 
@@ -41,7 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         from clusterjob.jobscript.submit_python import start_find_submit_python
 
         start_find_submit_python(os.environ, for_later=True)
-    from clusterjob.cli import run
+    from clusterjob.cli.fastpath import fast_main
+
+    fast = fast_main(args)  # the hot commands' usual command lines, without Typer
+    if fast is not None:
+        return _end_process(fast) if argv is None else fast
+    from clusterjob.cli.app import run
 
     return run(args)
 
@@ -57,16 +58,26 @@ def _names_interpreter(args: list[str]) -> bool:
     return any(w.split("=", 1)[0] in _NO_SHIM_OPTIONS for w in words)
 
 
-def _end_hook_process(code: int) -> NoReturn:
-    """End a hook's process without the interpreter's teardown: unloading the modules the
-    checks imported (dataclasses, inspect, ...) costs ~15 ms of every job's start, and a hook
-    has nothing left to clean up: its files are closed, its NVML reader reaped or killed, and
-    nothing on its path registers exit handlers. Only the buffered output is flushed."""
-    import contextlib  # loaded already by the hooks
+def _end_process(code: int) -> int:
+    """End this process without the interpreter's teardown, or return ``code`` where it must
+    run: unloading the modules a hook's checks or a submit imported (dataclasses, inspect,
+    ...) costs 10-15 ms of every job's start and every submit, and buys nothing at the end of
+    a process. Its exit handlers still run (a weakref finalizer reaping a child, ...) and its
+    buffered output is flushed; while a thread of its own that is not a daemon still runs,
+    the interpreter's exit waits for it as usual (a daemon thread stuck in NVML does not hold
+    up a hook's end)."""
+    threading = sys.modules.get("threading")
+    if threading is not None and any(
+        not t.daemon and t is not threading.main_thread() for t in threading.enumerate()
+    ):
+        return code
+    import atexit
+    import contextlib  # loaded already on both paths
     import os
 
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # slurmd stopped reading: nothing more to say
+        with contextlib.suppress(Exception):  # the reader went away: nothing more to say
             stream.flush()
     os._exit(code)
 

@@ -68,7 +68,7 @@ def cli_root() -> Any:
     """The click command tree of the CLI, every command module registered."""
     import typer.main
 
-    from clusterjob import cli
+    from clusterjob.cli import app as cli
 
     cli._register_commands()
     return typer.main.get_command(cli.app)

@@ -209,7 +209,7 @@ def test_job_options_are_the_submit_options() -> None:
     """Every keyword of Cluster.submit is an option of `clusterjob submit` (and back)."""
     from typer.main import get_command
 
-    from clusterjob import cli
+    from clusterjob.cli import app as cli
 
     cli._register_commands("submit")
     command = get_command(cli.app).commands["submit"]  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clusterjob.api.cluster import Cluster, DebugJob, Job
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.errors import JobFailed, UsageError
 
 SANDBOX_SITE = Path(__file__).parent / "fixtures" / "slurm" / "sandbox_site.yaml"

@@ -16,7 +16,7 @@ import pytest
 from slurm_fake import FakeSlurm
 
 from clusterjob.api.cluster import Cluster
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.errors import UsageError
 
 SANDBOX_SITE = Path(__file__).parent / "fixtures" / "slurm" / "sandbox_site.yaml"
@@ -87,7 +87,7 @@ def command_options(name: str) -> list[str]:
     """The options of `clusterjob NAME` that describe the job, as API keywords."""
     from typer.main import get_command
 
-    from clusterjob import cli
+    from clusterjob.cli import app as cli
 
     cli._register_commands(name)
     command = get_command(cli.app).commands[name]  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from trusted_tree import trusted_tmp_dir
 
-from clusterjob.cli import run as cli_run
+from clusterjob.cli.app import run as cli_run
 from clusterjob.site.loader import validate_site_file
 
 HERE = Path(__file__).parent

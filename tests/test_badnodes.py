@@ -16,7 +16,7 @@ import pytest
 from slurm_fake import FakeSlurm
 
 from clusterjob.api.cluster import WORKER_NAME, Cluster
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.jobs.badnodes import AvoidList, findings, merged_exclude, retry_token
 from clusterjob.slurm.runner import SlurmResult
 

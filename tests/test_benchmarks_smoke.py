@@ -99,7 +99,7 @@ def test_command_modules_name_every_command() -> None:
     """The start-up shortcut (import only the named command's module) must know them all."""
     code = """
 import json
-from clusterjob import cli
+from clusterjob.cli import app as cli
 cli._register_commands()
 found = {c.name or c.callback.__name__: c.callback.__module__ for c in cli.app.registered_commands}
 found.update({g.name: g.typer_instance.registered_commands[0].callback.__module__
@@ -108,7 +108,7 @@ print(json.dumps(found))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     found = json.loads(done.stdout)
-    from clusterjob.cli import COMMAND_MODULES
+    from clusterjob.cli.app import COMMAND_MODULES
 
     assert {k: f"clusterjob.cli.{v}" for k, v in COMMAND_MODULES.items()} == found
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from clusterjob import resources
-from clusterjob.cli import fastpath, run
+from clusterjob.__main__ import main
+from clusterjob.cli import fastpath
+from clusterjob.cli.app import run
 from clusterjob.cli.fast_commands import COMMANDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +50,6 @@ READ = [
 
 # Command lines left to Typer: help, errors, and the forms the table does not read.
 DECLINED = [
-    [],
     ["--help"],
     ["train.py", "-h"],
     ["train.py", "--lr", "3e-4"],
@@ -59,6 +62,30 @@ DECLINED = [
     ["train.py", "-p=gpu"],
     ["train.py", "--nodes", "--dry-run"],
 ]
+
+
+STATUS = importlib.import_module("clusterjob.cli.jobs").status
+STATUS_PARAMS = COMMANDS["status"]["params"]
+STATUS_READ = [
+    [],
+    ["123", "124_3", "last~2"],
+    ["--json", "--all", "--tasks", "--state", "FAILED,RUNNING", "--name", "lr*"],
+    ["--since", "2h", "-w", "--interval", "2.5"],
+    ["--watch", "--interval=1e1", "--repair"],
+]
+STATUS_DECLINED = [["--interval", "often"], ["-h"], ["--json=1"], ["--host", "h"]]
+
+
+@pytest.mark.parametrize("words", STATUS_READ, ids=" ".join)
+def test_the_status_table_reads_what_typer_reads(words: list[str]) -> None:
+    fast = fastpath.parse(STATUS_PARAMS, words)  # type: ignore[arg-type]
+    assert fast is not None, "the fast path declined a plain command line"
+    assert fast == fastpath.typer_call(STATUS, words)
+
+
+@pytest.mark.parametrize("words", STATUS_DECLINED, ids=" ".join)
+def test_other_status_command_lines_are_left_to_typer(words: list[str]) -> None:
+    assert fastpath.parse(STATUS_PARAMS, words) is None  # type: ignore[arg-type]
 
 
 def _typer(words: list[str]) -> dict[str, object] | str:
@@ -116,8 +143,10 @@ def test_a_table_older_than_its_declarations_is_not_used(monkeypatch: pytest.Mon
 
 
 def test_only_the_fast_commands_are_read() -> None:
-    assert fastpath.fast_call(["status"]) is None
+    assert fastpath.fast_call(["logs", "1"]) is None
     assert fastpath.fast_call(["--host", "h", "submit", TRAIN]) is None
+    assert fastpath.fast_call(["submit"]) is None, "no words: Typer shows submit's help"
+    assert fastpath.fast_call(["status"]) is not None
 
 
 def _both_ways(
@@ -133,10 +162,9 @@ def _both_ways(
         return call
 
     monkeypatch.setattr(fastpath, "fast_call", counted)
-    code = run(argv)
+    code = main(argv)
     fast = (code, *capsys.readouterr())
     assert calls, "not run by the fast path"
-    monkeypatch.setattr(fastpath, "fast_call", lambda words: None)
     code = run(argv)
     return fast, (code, *capsys.readouterr())
 
@@ -145,6 +173,17 @@ def _tokenless(result: tuple[int, str, str]) -> tuple[int, str, str]:
     code, out, err = result
     token = next((ln.split(":")[1] for ln in out.splitlines() if "clusterjob:" in ln), "")
     return code, out.replace(token, "TOKEN") if token else out, err
+
+
+def test_status_prints_the_same_either_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusterjob import envvars
+
+    monkeypatch.setenv(envvars.DATA_DIR, str(tmp_path))
+    for argv in (["status"], ["status", "--json"], ["status", "--watch", "--interval", "0"]):
+        fast, typer = _both_ways(argv, capsys, monkeypatch)
+        assert fast == typer
 
 
 @pytest.mark.parametrize(
@@ -170,5 +209,26 @@ def test_a_remote_host_of_an_earlier_run_is_forgotten(
 
     monkeypatch.setitem(common.REMOTE, "host", "login.example.org")
     argv = ["submit", TRAIN, "--site", MLLAB, "--gpus", "1", "--model", "a100", "--dry-run"]
-    assert run(argv) == 0
+    assert main(argv) == 0
     assert common.REMOTE == {"host": None, "remote_dir": None, "sync": None}
+
+
+# What the fast path is for: a plain submit loads neither Typer nor Jinja2.
+_LOADED = """import contextlib, io, sys
+from clusterjob.__main__ import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+print(code, *sorted(m for m in ("typer", "jinja2", "click") if m in sys.modules))
+"""
+
+
+def test_a_plain_submit_imports_neither_typer_nor_jinja2(tmp_path: Path) -> None:
+    argv = ["submit", TRAIN, "--site", MLLAB, "--gpus", "2", "--model", "a100", "--dry-run"]
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.stdout.split() == ["0"], done.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, *argv, "--help"], capture_output=True, text=True
+    )
+    assert done.stdout.split() == ["0", "typer"], "--help is Typer's: the test can tell"

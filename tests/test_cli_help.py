@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import clusterjob.cli as cli
+import clusterjob.cli.app as cli
 
 
 def test_submit_help_does_not_call_script_required(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import clusterjob.cli as cli
+import clusterjob.cli.app as cli
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -26,8 +26,8 @@ from doc_blocks import (
 from doc_blocks import indented_commands as indented
 from ruamel.yaml import YAML
 
-from clusterjob import cli
-from clusterjob.cli import run
+from clusterjob.cli import app as cli
+from clusterjob.cli.app import run
 from clusterjob.node.checks import REGISTRY
 from clusterjob.node.wrappers import HookWrappers
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from clusterjob import envvars
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.envvars import ENV_VARS
 from clusterjob.errors import ExitCode
 from clusterjob.node.checks import REGISTRY

@@ -209,7 +209,7 @@ def test_submitting_to_a_grid_engine_site_runs_qsub_once_and_records_its_schedul
 
 
 def test_a_refused_qsub_leaves_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from clusterjob.cli import run
+    from clusterjob.cli.app import run
     from clusterjob.jobs.registry import Registry
 
     _fake_qsub(tmp_path / "bin", recorded("qsub-refused-gpu5.txt"), code=1)
@@ -222,7 +222,7 @@ def test_a_refused_qsub_leaves_no_record(tmp_path: Path, monkeypatch: pytest.Mon
 def test_submit_dry_run_prints_the_grid_engine_script_and_its_qsub(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from clusterjob.cli import run
+    from clusterjob.cli.app import run
 
     code = run(
         ["submit", "--site", str(GELAB), "--gpus", "2", "--model", "h100", "--dry-run", TRAIN]

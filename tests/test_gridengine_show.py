@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.jobs.registry import JobRecord, Registry
 from clusterjob.jobs.submit import provenance
 from clusterjob.resources import site_configs_dir

@@ -299,11 +299,14 @@ def test_hooks_import_no_heavy_modules(conf_dir: Path, tmp_path: Path) -> None:
 def test_a_hook_run_as_the_command_ends_without_teardown() -> None:
     """A hook run as slurmd runs it (its arguments from the command line) ends its process
     as soon as it has flushed its output: the interpreter's teardown (unloading what the
-    checks imported) would add ~15 ms to every job's start. Called with arguments, as a
-    library, ``main`` returns the exit code."""
+    checks imported) would add ~15 ms to every job's start. Its exit handlers still run.
+    Called with arguments, as a library, ``main`` returns the exit code."""
     code = (
         "import atexit, sys\n"
-        "atexit.register(print, 'TEARDOWN')\n"
+        "class Unloaded:\n"
+        "    def __del__(self): print('UNLOADED')\n"
+        "kept = Unloaded()  # freed by the teardown, when the modules are unloaded\n"
+        "atexit.register(print, 'EXIT HANDLER')\n"
         "from clusterjob.__main__ import main\n"
         "print('RETURNED', main(['task-prolog']))\n"
         "sys.argv = ['clusterjob', 'task-prolog']\n"
@@ -317,6 +320,7 @@ def test_a_hook_run_as_the_command_ends_without_teardown() -> None:
             "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
             "RETURNED 0",
             "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
+            "EXIT HANDLER",
         ],
     ), done.stderr
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from clusterjob import resources
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.errors import ConfigError, UsageError
 from clusterjob.jobs.logs import RankLayout, select_lines
 from clusterjob.jobs.registry import JobRecord

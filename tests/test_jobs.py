@@ -12,7 +12,7 @@ from slurm_fake import FakeSlurm
 
 from clusterjob import resources
 from clusterjob.api.cluster import Cluster
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.errors import SlurmError, SlurmTransientError, SlurmUnavailable, UsageError
 from clusterjob.jobs import status as job_status
 from clusterjob.jobs.cancel import cancel

@@ -12,7 +12,7 @@ import pytest
 from slurm_fake import FakeSlurm
 
 from clusterjob.api.cluster import Cluster
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.errors import UsageError
 from clusterjob.jobs import status as job_status
 from clusterjob.jobs.logs import output_path

@@ -10,8 +10,8 @@ from typing import Any
 
 import typer.main
 
-from clusterjob import cli
-from clusterjob.cli import app
+from clusterjob.cli import app as cli
+from clusterjob.cli.app import app
 from clusterjob.errors import ExitCode
 
 REPO = Path(__file__).resolve().parents[1]

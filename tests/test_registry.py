@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.errors import RegistryError, UsageError, exit_code
 from clusterjob.jobs import registry
 from clusterjob.jobs.registry import (

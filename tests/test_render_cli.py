@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from clusterjob import resources
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = str(REPO / "examples" / "train.py")

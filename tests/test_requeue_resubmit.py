@@ -24,7 +24,7 @@ from slurm_fake import FakeSlurm
 from clusterjob import resources
 from clusterjob.api import worker
 from clusterjob.api.cluster import Cluster, _failed
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.errors import ConfigError, UsageError
 from clusterjob.jobs.registry import Registry
 from clusterjob.jobs.status import status

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import clusterjob.cli as cli
+import clusterjob.cli.app as cli
 from clusterjob.sandbox import gridengine
 from clusterjob.sandbox.gridengine import HOSTS, Layout
 

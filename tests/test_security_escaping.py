@@ -140,7 +140,7 @@ def _task_prolog(text: str) -> str:
 
 
 def _status_table(text: str) -> str:
-    from clusterjob.cli.jobs import _table
+    from clusterjob.cli.status_report import _table
 
     row = JobStatus(
         job_id="7",
@@ -180,7 +180,7 @@ def _sandbox_status(text: str, capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def _cli_error_line(text: str, capsys: pytest.CaptureFixture[str]) -> str:
-    from clusterjob.cli import err
+    from clusterjob.cli.outcome import err
 
     err(f"error: sbatch: {text}")
     return capsys.readouterr().err

@@ -288,7 +288,7 @@ def test_claim_holder_text_cannot_send_escape_sequences(
 
 def test_error_lines_escape_control_characters(capsys: pytest.CaptureFixture[str]) -> None:
     """Slurm's stderr reaches the user inside error messages: printed escaped."""
-    from clusterjob.cli import err
+    from clusterjob.cli.outcome import err
 
     err("sbatch: error: \x1b[31mred\x1b[0m\x9b2J done\tok\nnext")
     assert capsys.readouterr().err == (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from clusterjob.cli import run, site_app
+from clusterjob.cli.app import run, site_app
 from clusterjob.resources import site_configs_dir
 from clusterjob.site import schema
 from clusterjob.site.admin import gres_conf_lines, node_gres_strings, slurm_node_gres_lines

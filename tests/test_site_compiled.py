@@ -16,7 +16,7 @@ from test_hooks_nvml import NODE, PYTHONPATH, Node, mixed
 from trusted_tree import trusted_tmp_dir
 
 from clusterjob import resources
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.site.admin import write_compiled
 from clusterjob.site.nodeview import (
     compiled_nodes,

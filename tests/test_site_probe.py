@@ -208,7 +208,7 @@ SCENARIO = StandinScenario(
     )
 )
 
-CLI = "import sys\nfrom clusterjob.cli import run\nsys.exit(run({argv!r}))\n"
+CLI = "import sys\nfrom clusterjob.cli.app import run\nsys.exit(run({argv!r}))\n"
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from ruamel.yaml import YAML
 
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.resources import site_configs_dir
 from clusterjob.site import loader, schema
 from clusterjob.site.loader import validate_site_file

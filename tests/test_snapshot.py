@@ -21,7 +21,7 @@ import pytest
 from slurm_fake import FakeSlurm
 
 from clusterjob.api.cluster import Cluster
-from clusterjob.cli import run
+from clusterjob.cli.app import run
 from clusterjob.errors import SlurmError, UsageError
 from clusterjob.jobs import snapshot as snapshots
 from clusterjob.jobs.registry import JobRecord

@@ -1,8 +1,8 @@
 """The Typer app: parses arguments, calls the core, prints. No business logic here.
 
 Command groups live in sibling modules (jobs, node, site, sandbox) and register
-themselves on ``app`` when imported below. ``run`` is the one place where
-clusterjob's errors become a one-line message and an exit code.
+themselves on ``app`` when imported below. ``run`` maps every outcome to an exit code
+through ``clusterjob.cli.outcome``, as the fast path does.
 """
 
 from __future__ import annotations
@@ -15,14 +15,9 @@ import typer
 from typer.exceptions import TyperException
 
 from clusterjob import __version__, envvars
-from clusterjob.errors import (
-    ClusterjobError,
-    ConfigError,
-    ExitCode,
-    UsageError,
-    exit_code,
-    printable,
-)
+from clusterjob.cli.fastpath import COMPLETION_VAR
+from clusterjob.cli.outcome import err, guarded
+from clusterjob.errors import ExitCode, UsageError
 
 app = typer.Typer(
     name="clusterjob",
@@ -89,13 +84,9 @@ def _options(
             f"--host: `{ctx.invoked_subcommand}` runs on this machine; run it on the cluster "
             f"(--host works with: {', '.join(sorted(REMOTE_COMMANDS))})"
         )
-    _set_remote(host, remote_dir, no_sync=no_sync)
+    from clusterjob.cli.common import set_remote
 
-
-def _set_remote(host: str | None, remote_dir: str | None, *, no_sync: bool) -> None:
-    from clusterjob.cli import common
-
-    common.REMOTE.update(host=host, remote_dir=remote_dir, sync=False if no_sync else None)
+    set_remote(host, remote_dir, no_sync=no_sync)
 
 
 site_app = typer.Typer(
@@ -110,12 +101,6 @@ sandbox_app = typer.Typer(
     rich_markup_mode=None,
 )
 app.add_typer(sandbox_app, name="sandbox")
-
-
-def err(message: str) -> None:
-    """Print one line to stderr, prefixed so it is clear who is speaking; control characters
-    (from Slurm's stderr, another user's claim text) are escaped, never sent to the tty."""
-    print(f"clusterjob: {printable(message, lines=True)}", file=sys.stderr)
 
 
 _DEBUG_LINES = "clusterjob-debug-lines"  # the handler's name: added once per process
@@ -166,52 +151,24 @@ def run(argv: list[str]) -> int:
     shown = app
     if argv in LISTING_ARGV and COMPLETION_VAR not in os.environ:
         shown = _listing(app)
-    try:
-        # `submit`'s usual command line is read from a table of its options (fastpath.py)
-        # instead of Typer building all 45 on every run; anything else is Typer's.
-        fast = None
-        if argv[:1] and argv[0] in COMMAND_MODULES and COMPLETION_VAR not in os.environ:
-            from clusterjob.cli import fastpath
 
-            fast = fastpath.fast_call(argv)
-        if fast is not None:
-            _set_remote(None, None, no_sync=False)  # the app's callback, no app options given
-            result = fast()
-        else:
-            result = shown(args=argv, prog_name="clusterjob", standalone_mode=False)
-    except ConfigError as exc:
-        if debug:
-            raise
-        for issue in exc.issues:  # one line each: file:line: key.path: message
-            print(printable(str(issue), lines=True), file=sys.stderr)
-        errors = sum(1 for i in exc.issues if not i.warning)
-        if len(exc.issues) > 1:
-            err(f"error: {errors} problems in site config")
-        return exit_code(exc)
-    except ClusterjobError as exc:
-        if debug:
-            raise
-        err(f"error: {exc}")
-        return exit_code(exc)
-    except typer.Abort:
-        err("aborted")
-        return ExitCode.INTERRUPTED
-    except typer.Exit as exc:
-        return exc.exit_code
-    except TyperException as exc:  # the argument parser's usage errors (Typer's own click)
-        message = exc.format_message()
-        if type(exc).__name__ == "NoSuchOption" and _takes_script(exc):
-            message += " (arguments for SCRIPT that look like options go after --)"
-        err(f"error: {message}")
-        return int(getattr(exc, "exit_code", ExitCode.USAGE))
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
-    except Exception as exc:  # a bug in clusterjob: say so in one line, keep the stack for --debug
-        if debug:
-            raise
-        err(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
-        return exit_code(exc)
-    return result if isinstance(result, int) else ExitCode.OK
+    def parsed_and_called() -> object:
+        """Typer reads ``argv`` and calls the command; its own outcomes mapped here."""
+        try:
+            return shown(args=argv, prog_name="clusterjob", standalone_mode=False)
+        except typer.Abort:
+            err("aborted")
+            return ExitCode.INTERRUPTED
+        except typer.Exit as exc:
+            return exc.exit_code
+        except TyperException as exc:  # the argument parser's usage errors (Typer's own click)
+            message = exc.format_message()
+            if type(exc).__name__ == "NoSuchOption" and _takes_script(exc):
+                message += " (arguments for SCRIPT that look like options go after --)"
+            err(f"error: {message}")
+            return int(getattr(exc, "exit_code", ExitCode.USAGE))
+
+    return guarded(parsed_and_called, debug=debug)
 
 
 # `clusterjob`, `--help`, `-h` and `--version` show the command list at most: each command's
@@ -219,7 +176,6 @@ def run(argv: list[str]) -> int:
 # options (~35 ms, as long as importing the command modules); shell completion (which sets
 # COMPLETION_VAR) needs them, and gets the whole app.
 LISTING_ARGV: tuple[list[str], ...] = ([], ["--help"], ["-h"], ["--version"])
-COMPLETION_VAR = "_CLUSTERJOB_COMPLETE"
 
 
 def _listing(full: typer.Typer) -> typer.Typer:

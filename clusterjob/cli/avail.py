@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from clusterjob.cli import app
-from clusterjob.cli.common import JsonOption, SiteOption, load_site, the_cluster
-from clusterjob.cli.completion import ModelOption, PartitionOption
+from clusterjob.cli.app import app
+from clusterjob.cli.common import load_site, the_cluster
+from clusterjob.cli.options import JsonOption, ModelOption, PartitionOption, SiteOption
 from clusterjob.errors import UsageError, printable
 
 

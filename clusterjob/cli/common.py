@@ -1,5 +1,6 @@
-"""What many commands share, declared once: the ``--site`` and ``--json`` options, and the
-one way every command finds and loads its site config.
+"""What many commands share: the one way every command finds and loads its site config, and
+the cluster a job command works on. Without Typer: the fast path (``fastpath``) runs on it;
+the options many commands declare the same way are in ``options``.
 
 A site is found through the documented order (``clusterjob.site.discovery``); its last step
 asks Slurm for ``ClusterName``, through the one Slurm module, only when nothing else named a
@@ -9,12 +10,8 @@ site. Workstation mode (no Slurm) uses a site only when one is named.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
-
-import typer
+from typing import TYPE_CHECKING
 
 from clusterjob import envvars
 
@@ -25,10 +22,10 @@ if TYPE_CHECKING:  # imported where used: `clusterjob --help` loads neither YAML
 # The app's --host, --remote-dir and --no-sync, as given (None: not given).
 REMOTE: dict[str, object] = {"host": None, "remote_dir": None, "sync": None}
 
-SiteOption = Annotated[
-    str | None, typer.Option("--site", "-s", help="Site name or site YAML file.")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+def set_remote(host: str | None, remote_dir: str | None, *, no_sync: bool) -> None:
+    """The app's --host, --remote-dir and --no-sync of this run (the fast path: none given)."""
+    REMOTE.update(host=host, remote_dir=remote_dir, sync=False if no_sync else None)
 
 
 def the_cluster(site: str | None = None) -> Cluster:
@@ -43,21 +40,6 @@ def the_cluster(site: str | None = None) -> Cluster:
         remote_dir=remote_dir if isinstance(remote_dir, str) else None,
         sync=sync if isinstance(sync, bool) else None,
     )
-
-
-@contextmanager
-def submission_interrupts() -> Iterator[None]:
-    """Ctrl-C during a submission: say what became of the job (its id and how to cancel it),
-    then exit 130. Typer turns a KeyboardInterrupt into exit 130 without a word."""
-    from clusterjob.errors import ExitCode, SubmitInterrupted
-
-    try:
-        yield
-    except SubmitInterrupted as exc:
-        from clusterjob.cli import err
-
-        err(str(exc))
-        raise typer.Exit(ExitCode.INTERRUPTED) from None
 
 
 def slurm_cluster_name(budget: float | None = None) -> str:

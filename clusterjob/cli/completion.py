@@ -8,14 +8,14 @@ never print an error or hang the shell: anything that goes wrong offers nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:
     from clusterjob.site.model import Site
 
-__all__ = ["ModelOption", "PartitionOption", "complete_model", "complete_partition"]
+__all__ = ["complete_model", "complete_partition"]
 
 # Seconds Slurm may take to say its ClusterName while the user waits for a TAB.
 SLURM_BUDGET = 2.0
@@ -52,19 +52,3 @@ def complete_partition(ctx: typer.Context, incomplete: str) -> list[str]:
     """The site's partition names."""
     site = _site(ctx)
     return [] if site is None else _matching([p.name for p in site.partitions], incomplete)
-
-
-# The --model and --partition options of every command that asks for GPUs, declared once.
-ModelOption = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="GPU model (or an alias).", autocompletion=complete_model),
-]
-PartitionOption = Annotated[
-    str | None,
-    typer.Option(
-        "--partition",
-        "-p",
-        help="Slurm partition, one the site config names.",
-        autocompletion=complete_partition,
-    ),
-]

@@ -7,7 +7,8 @@ from __future__ import annotations
 COMMANDS: dict[str, dict[str, object]] = {
     'submit': {
         'typer': '0.28.0',
-        'declared': 'eaa68c4cafc49aa76aab22f8e8e87cf0bd5f77b84cf5982b18dcee488fdd6115',
+        'no_args_is_help': True,
+        'declared': 'bf80cf7baee10928431291696758d2a4af66f7ff23b39da8b54500a19a5b60e7',
         'params': (
             ('script', 'argument', (), (), False, None),
             ('args', 'arguments', (), (), False, None),
@@ -59,6 +60,23 @@ COMMANDS: dict[str, dict[str, object]] = {
             ('mkdir', 'flag', ('--mkdir',), (), False, False),
             ('as_json', 'flag', ('--json',), (), False, False),
             ('parsable', 'flag', ('--parsable',), (), False, False),
+        ),
+    },
+    'status': {
+        'typer': '0.28.0',
+        'no_args_is_help': False,
+        'declared': '0d9cbb88d93a3e10dda1de0c34798f406b850618c97ee59d57f01a7aaacdfdc5',
+        'params': (
+            ('job', 'arguments', (), (), False, None),
+            ('as_json', 'flag', ('--json',), (), False, False),
+            ('show_all', 'flag', ('--all',), (), False, False),
+            ('tasks', 'flag', ('--tasks',), (), False, False),
+            ('state', 'str', ('--state',), (), False, None),
+            ('name', 'str', ('--name',), (), False, None),
+            ('since', 'str', ('--since',), (), False, None),
+            ('watch', 'flag', ('--watch', '-w'), (), False, False),
+            ('interval', 'float', ('--interval',), (), False, 10.0),
+            ('fix_registry', 'flag', ('--repair',), (), False, False),
         ),
     },
 }

@@ -25,13 +25,22 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:
     from typing import Any
 
-# Command -> (module, function, the files its options are declared in, relative to the
-# package). Only commands run often enough for Typer's building to show.
-FAST_COMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+# Command -> (the module and function that declare it for Typer, the files its options are
+# declared in, relative to the package, and the Typer-free function that does it, which the
+# declaring function calls with every option by name). Only commands run often enough for
+# Typer's import and building to show.
+FAST_COMMANDS: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "submit": (
         "clusterjob.cli.submit",
         "submit",
-        ("cli/submit.py", "cli/common.py", "cli/completion.py"),
+        ("cli/submit.py", "cli/options.py", "cli/completion.py"),
+        "clusterjob.cli.submitting:run_submit",
+    ),
+    "status": (
+        "clusterjob.cli.jobs",
+        "status",
+        ("cli/jobs.py", "cli/options.py", "cli/completion.py"),
+        "clusterjob.cli.status_report:run_status",
     ),
 }
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -49,10 +58,20 @@ def _path(value: str) -> Path:
     return Path(value)
 
 
-_CONVERT: dict[str, Callable[[str], object]] = {"int": int, "str": str, "path": _path}
+_CONVERT: dict[str, Callable[[str], object]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "path": _path,
+}
 # The parameter types the reader converts as Typer does, by the type's class; a path type
 # only with the settings `_path` reads as Typer does.
-_KINDS = {"IntParamType": "int", "StringParamType": "str", "TyperPath": "path"}
+_KINDS = {
+    "IntParamType": "int",
+    "FloatParamType": "float",
+    "StringParamType": "str",
+    "TyperPath": "path",
+}
 _PATH_SETTINGS = {
     "exists": False,
     "file_okay": True,
@@ -76,31 +95,76 @@ def declared_digest(files: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
+def fast_main(argv: list[str]) -> int | None:
+    """Run ``argv`` without Typer if the fast path reads it: the exit code; None where Typer
+    must read it (and the caller runs ``clusterjob.cli.app.run``)."""
+    if not argv or argv[0] not in FAST_COMMANDS:
+        return None
+    from clusterjob import envvars
+
+    if "--debug" in argv or os.environ.get(envvars.DEBUG) == "1" or COMPLETION_VAR in os.environ:
+        return None  # the debug log and shell completion are set up by the Typer app
+    call = fast_call(argv)
+    if call is None:
+        return None
+    from clusterjob.cli.common import set_remote
+    from clusterjob.cli.outcome import guarded
+
+    set_remote(None, None, no_sync=False)  # as the app's callback does: no app option given
+    return guarded(call, debug=False)
+
+
+# The environment variable Typer's shell completion runs the program with.
+COMPLETION_VAR = "_CLUSTERJOB_COMPLETE"
+
+
 def fast_call(argv: list[str]) -> Callable[[], object] | None:
     """The call Typer would make for ``argv``, or None where Typer must read it."""
     if not argv or argv[0] not in FAST_COMMANDS:
         return None
     import importlib
 
-    import typer
-
     from clusterjob.cli.fast_commands import COMMANDS
 
-    module_name, function, files = FAST_COMMANDS[argv[0]]
+    _, _, files, target = FAST_COMMANDS[argv[0]]
     table = COMMANDS.get(argv[0])
-    if table is None or table["typer"] != typer.__version__:
+    if table is None or table["typer"] != typer_version():
         return None
-    kwargs = parse(table["params"], argv[1:])  # type: ignore[arg-type]
+    words = argv[1:]
+    if not words and table["no_args_is_help"]:
+        return None  # Typer shows the help
+    kwargs = parse(table["params"], words)  # type: ignore[arg-type]
     if kwargs is None or table["declared"] != declared_digest(files):
         return None
+    module_name, _, function = target.partition(":")
     callback = getattr(importlib.import_module(module_name), function)
     return lambda: callback(**kwargs)
 
 
+def typer_version() -> str | None:
+    """The version of the Typer ``import typer`` would load, read from its ``__init__.py``
+    without importing it (~40 ms); None where it is not a plain package on ``sys.path``."""
+    import sys
+
+    loaded = sys.modules.get("typer")
+    if loaded is not None:
+        return getattr(loaded, "__version__", None)
+    for entry in sys.path:
+        try:
+            with open(os.path.join(entry or ".", "typer", "__init__.py"), encoding="utf-8") as fh:
+                source = fh.read()
+        except OSError:
+            continue
+        for line in source.splitlines():
+            name, equals, value = line.partition("=")
+            if equals and name.strip() == "__version__":
+                return value.strip().strip("\"'")
+        return None
+    return None
+
+
 def parse(params: tuple[Param, ...], words: list[str]) -> dict[str, Any] | None:
     """``words`` read as click reads them, for the plain forms only; None otherwise."""
-    if not words:  # no_args_is_help: Typer shows the help
-        return None
     by_option: dict[str, tuple[Param, bool]] = {}
     for param in params:
         for option in param[2]:
@@ -176,11 +240,12 @@ def commands_module(generator: str) -> str:
         "",
         "COMMANDS: dict[str, dict[str, object]] = {",
     ]
-    for command, (module, function, files) in FAST_COMMANDS.items():
+    for command, (module, function, files, _) in FAST_COMMANDS.items():
         params = command_table(module, function)
         lines += [
             f"    {command!r}: {{",
             f"        'typer': {typer.__version__!r},",
+            f"        'no_args_is_help': {registered_settings(module, function)!r},",
             f"        'declared': {declared_digest(files)!r},",
             "        'params': (",
             *(f"            {p!r}," for p in params),
@@ -189,6 +254,20 @@ def commands_module(generator: str) -> str:
         ]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def registered_settings(module: str, function: str) -> bool:
+    """Whether the app shows the command's help when it is given no words (its
+    ``no_args_is_help``); refuses a command registered with settings the reader ignores."""
+    import importlib
+
+    from clusterjob.cli.app import app
+
+    callback = getattr(importlib.import_module(module), function)
+    info = next(i for i in app.registered_commands if i.callback is callback)
+    if info.context_settings:
+        raise ValueError(f"{module}.{function}: context settings {info.context_settings}")
+    return bool(info.no_args_is_help)
 
 
 def typer_command(callback: Callable[..., object]) -> Any:

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from clusterjob.cli import app
-from clusterjob.cli.common import SiteOption, the_cluster
-from clusterjob.cli.completion import ModelOption, PartitionOption
+from clusterjob.cli.app import app
+from clusterjob.cli.common import the_cluster
+from clusterjob.cli.options import ModelOption, PartitionOption, SiteOption
 
 
 @app.command(context_settings={"allow_interspersed_args": True})

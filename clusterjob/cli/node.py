@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from clusterjob import envvars
-from clusterjob.cli import app
+from clusterjob.cli.app import app
 from clusterjob.errors import PreflightFailed
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from clusterjob import envvars
-from clusterjob.cli import sandbox_app
+from clusterjob.cli.app import sandbox_app
 from clusterjob.errors import UsageError, printable
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the sandbox

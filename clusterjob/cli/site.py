@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clusterjob.cli import site_app
-from clusterjob.cli.common import JsonOption, SiteOption, load_site
+from clusterjob.cli.app import site_app
+from clusterjob.cli.common import load_site
+from clusterjob.cli.options import JsonOption, SiteOption
 
 if TYPE_CHECKING:  # `clusterjob --help` imports every command module: not the site model
     from clusterjob.site.model import Site

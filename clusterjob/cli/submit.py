@@ -1,4 +1,6 @@
-"""Command: submit (registered on the app in clusterjob.cli).
+"""Command: submit, its options as Typer declares them (registered on the app in
+clusterjob.cli.app); what it does is ``clusterjob.cli.submitting``, which the fast path calls
+directly.
 
 clusterjob's options may stand before or after SCRIPT (``clusterjob submit train.py --gpus 2
 --model A100``); arguments for SCRIPT that look like options go after ``--``
@@ -7,16 +9,14 @@ clusterjob's options may stand before or after SCRIPT (``clusterjob submit train
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from clusterjob.cli import app
-from clusterjob.cli.common import SiteOption, submission_interrupts, the_cluster
-from clusterjob.cli.completion import ModelOption, PartitionOption
-from clusterjob.errors import UsageError
+from clusterjob.cli.app import app
+from clusterjob.cli.options import ModelOption, PartitionOption, SiteOption
+from clusterjob.cli.submitting import run_submit
 
 
 @app.command(
@@ -247,79 +247,6 @@ def submit(
         bool, typer.Option("--json", help="Print id, cluster, script and sbatch command as JSON.")
     ] = False,
     parsable: Annotated[bool, typer.Option("--parsable", help="Print the job id only.")] = False,
-) -> None:
+) -> int | None:
     """Submit SCRIPT (or -- CMD ARGS) with GPUs of one model, in this site's own sbatch syntax."""
-    if dry_run and test_only:
-        raise UsageError("--dry-run and --test-only exclude each other")
-    if as_json and parsable:
-        raise UsageError("--json and --parsable exclude each other")
-    if sweep and params is not None:
-        raise UsageError("--sweep and --params exclude each other")
-    if script is None:
-        raise UsageError("submit needs a SCRIPT, or -- and a command (submit -- CMD ARGS)")
-    cluster = the_cluster(site)
-    prepared = cluster.prepare(
-        script,
-        list(args or []),
-        gpus=gpus,
-        model=model,
-        nodes=nodes,
-        partition=partition,
-        time=time,
-        account=account,
-        qos=qos,
-        cpus_per_gpu=cpus_per_gpu,
-        mem_per_gpu=mem_per_gpu,
-        job_name=job_name,
-        array=array,
-        dependency=dependency,
-        output=output,
-        error=error,
-        signal=signal,
-        requeue=requeue,
-        max_requeues=max_requeues,
-        exclude=exclude,
-        avoid=avoid,
-        retry_bad_node=retry_bad_node,
-        nodelist=nodelist,
-        mail_type=mail_type,
-        mail_user=mail_user,
-        constraint=constraint,
-        gres=gres or (),
-        project=project,
-        sbatch_args=sbatch_arg or (),
-        tasks_per_node=tasks_per_node,
-        launcher=launcher,
-        launcher_args=launcher_arg or (),
-        setup=setup or (),
-        modules=module or (),
-        env=env or (),
-        container_image=container_image,
-        container_mounts=container_mounts,
-        apptainer=apptainer,
-        python=python,
-        venv=venv,
-        conda=conda,
-        sweep=sweep or (),
-        params=params,
-        snapshot=snapshot,
-    )
-    rendered = prepared.rendered
-    for note in prepared.notes:
-        typer.echo(f"note: {note}", err=True)
-    if dry_run:
-        typer.echo(rendered.script, nl=False)
-        typer.echo(
-            f"# dry run: nothing submitted. To submit by hand, save this script as "
-            f"{rendered.script_path} and run:"
-        )
-        typer.echo(f"# {rendered.sbatch_command()}")
-        return
-    from clusterjob.jobs import submit as job_submit
-
-    with submission_interrupts():
-        result = cluster.submit_prepared(prepared, test_only=test_only, mkdir=mkdir)
-    if isinstance(result, job_submit.Submitted) and (as_json or parsable):
-        typer.echo(json.dumps(result.to_dict()) if as_json else result.job_id)
-        return
-    typer.echo(str(result))
+    return run_submit(**locals())

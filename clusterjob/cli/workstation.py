@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from clusterjob.cli import app
-from clusterjob.cli.common import SiteOption, load_named_site
+from clusterjob.cli.app import app
+from clusterjob.cli.common import load_named_site
+from clusterjob.cli.options import SiteOption
 from clusterjob.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` need not load the launcher
