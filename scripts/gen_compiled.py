@@ -1,10 +1,10 @@
-"""Write the generated modules that let a submit run without Jinja2 and without Typer building
-its command:
+"""Write the generated modules that let a submit run without Jinja2 and without Typer:
 
 - ``clusterjob/jobscript/shipped_templates.py``: every shipped template (templates/*.j2)
   compiled to plain Python (``clusterjob.jobscript.template_compiler``);
 - ``clusterjob/cli/fast_commands.py``: the options of the hot commands, read from the click
-  command Typer builds (``clusterjob.cli.fastpath``).
+  command Typer builds, and the command list Typer prints for ``clusterjob --help``
+  (``clusterjob.cli.fastpath``).
 
     python scripts/gen_compiled.py           # rewrite them
     python scripts/gen_compiled.py --check   # exit 1 and name the modules that differ

@@ -232,3 +232,33 @@ def test_a_plain_submit_imports_neither_typer_nor_jinja2(tmp_path: Path) -> None
         [sys.executable, "-c", _LOADED, *argv, "--help"], capture_output=True, text=True
     )
     assert done.stdout.split() == ["0", "typer"], "--help is Typer's: the test can tell"
+
+
+def test_the_command_list_is_typers_at_its_widest(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`clusterjob --help` prints the list Typer printed when the table was generated, and
+    only where Typer prints that very text: 80 columns or more; narrower is Typer's."""
+    for columns in ("80", "200"):
+        monkeypatch.setenv("COLUMNS", columns)
+        for argv in (["--help"], ["-h"]):
+            assert fastpath.fast_main(argv) == 0
+            fast = capsys.readouterr()
+            assert (run(argv), *capsys.readouterr()) == (0, *fast)
+    monkeypatch.setenv("COLUMNS", "60")
+    assert fastpath.fast_main(["--help"]) is None
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setitem(fastpath.__dict__, "declared_digest", lambda files: "edited since")
+    assert fastpath.fast_main(["--help"]) is None, "a listing older than the CLI's sources"
+
+
+def test_the_command_list_is_printed_without_typer() -> None:
+    code = "import sys; from clusterjob.__main__ import main; main(['--help'])\n"
+    code += "print('typer' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    assert done.stdout.splitlines()[-1] == "False" and "Commands:" in done.stdout

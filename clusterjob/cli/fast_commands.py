@@ -80,3 +80,48 @@ COMMANDS: dict[str, dict[str, object]] = {
         ),
     },
 }
+
+LISTING: dict[str, str] = {
+    'typer': '0.28.0',
+    'declared': '35fec2c69a40f5123563aaaca2fc3f4277bb9a14fff920619897b755bbdf3bee',
+    'text': (
+        'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
+        '\n'
+        '  Get GPU jobs onto the right GPUs of a Slurm cluster, and prove it before\n'
+        '  training starts.\n'
+        '\n'
+        '  Slurm hooks (`clusterjob site install-hooks` writes their wrappers for\n'
+        '  slurm.conf): `clusterjob prolog`, `clusterjob task-prolog`.\n'
+        '\n'
+        'Options:\n'
+        '  --version             Print the version and exit.\n'
+        '  --host <str>          Use the cluster behind this login node over ssh:\n'
+        '                        [USER@]HOST[:PORT] or a profile of\n'
+        '                        ~/.config/clusterjob/hosts.yaml (default:\n'
+        '                        $CLUSTERJOB_HOST).\n'
+        '  --remote-dir <str>    With --host: the job directory there (default: the\n'
+        "                        profile's, else ~/clusterjob/NAME of this directory).\n"
+        '  --no-sync             With --host: the remote dir already holds the code.\n'
+        '  --install-completion  Install completion for the current shell.\n'
+        '  --show-completion     Show completion for the current shell, to copy it or\n'
+        '                        customize the installation.\n'
+        '  -h, --help            Show this message and exit.\n'
+        '\n'
+        'Commands:\n'
+        '  submit     Submit SCRIPT (or -- CMD ARGS) with GPUs of one model, in...\n'
+        '  status     State of the jobs clusterjob submitted: one squeue (and...\n'
+        "  logs       Print a job's output file (Slurm's own path for it).\n"
+        "  wait       Wait until the jobs end; exit with the job's exit code (an...\n"
+        '  cancel     Cancel jobs (one scancel call).\n'
+        '  resubmit   Submit a recorded job again from its directory: re-rendered...\n'
+        '  show       Where a job came from: command line, directory, git commit,...\n'
+        '  shell      An interactive session on a node with GPUs of one model:...\n'
+        '  avail      Free GPUs by model and partition now (drained/down nodes...\n'
+        '  nodes      The nodes your submissions avoid for a while (a failed...\n'
+        '  run        Run COMMAND on free GPUs of one model of this machine (no...\n'
+        "  preflight  Check this node's GPUs against the site map and the job's...\n"
+        "  gpus       List this node's GPUs as NVML sees them, in PCI bus order,...\n"
+        '  site       Site: validate, show, gres-conf, schema, probe, init, diff,...\n'
+        '  sandbox    A local Slurm cluster with stand-in GPUs, for trying...\n'
+    ),
+}

@@ -1,18 +1,20 @@
-"""A hot command's usual command line, read without Typer building the command.
+"""A hot command's usual command line, run without importing Typer.
 
-On every run Typer turns the command function's signature into a click command: it reads
-each parameter's type hints and builds an option for it (``submit``'s 45: about a tenth of
-what submitit takes to build a whole script). The options it builds are the same every time,
-so scripts/gen_compiled.py writes them down once (``fast_commands``, from the click command
-Typer builds), and a run whose command line is plain (long options and their values, the
-short ones as separate words, the positional arguments, ``--``) is read from that table and
-calls the very function Typer would call, with the values Typer would pass.
+Importing Typer costs about half of what submitit takes to build a whole script, and on every
+run Typer turns the command function's signature into a click command: it reads each
+parameter's type hints and builds an option for it (``submit``'s 45). The options it builds
+are the same every time, so scripts/gen_compiled.py writes them down once (``fast_commands``,
+from the click command Typer builds), and a run whose command line is plain (long options
+and their values, the short ones as separate words, the positional arguments, ``--``) is
+read from that table and calls, with the values Typer would pass, the Typer-free function
+the command's Typer declaration calls. ``clusterjob --help`` prints the command list Typer
+printed when the table was written, where Typer would print that same text.
 
 Anything else goes to Typer as before, which alone prints help, errors and completions:
-``--help``, an unknown or misspelt option, a missing or unconvertible value, a value that
-starts with ``-``, ``-N2``, shell completion, or a table that no longer matches the sources
-the options are declared in (their SHA-256 is in the table) or the Typer that built it.
-tests/test_cli_fastpath.py compares the two ways' calls over many command lines.
+a command's ``--help``, an unknown or misspelt option, a missing or unconvertible value, a
+value that starts with ``-``, ``-N2``, shell completion, ``--debug``, or a table that no
+longer matches the sources it was written from (their SHA-256 is in the table) or the Typer
+that would run. tests/test_cli_fastpath.py compares both ways over many command lines.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ def declared_digest(files: tuple[str, ...]) -> str:
 def fast_main(argv: list[str]) -> int | None:
     """Run ``argv`` without Typer if the fast path reads it: the exit code; None where Typer
     must read it (and the caller runs ``clusterjob.cli.app.run``)."""
+    if argv in HELP_ARGV and COMPLETION_VAR not in os.environ:
+        return print_listing()
     if not argv or argv[0] not in FAST_COMMANDS:
         return None
     from clusterjob import envvars
@@ -116,6 +120,71 @@ def fast_main(argv: list[str]) -> int | None:
 
 # The environment variable Typer's shell completion runs the program with.
 COMPLETION_VAR = "_CLUSTERJOB_COMPLETE"
+
+# `clusterjob --help` and `-h`: the list of commands, as Typer prints it where it wraps help
+# at its widest (a terminal of LISTING_COLUMNS columns or more, or no terminal). Written by
+# scripts/gen_compiled.py from the app's own output, printed as is while the CLI's sources
+# and Typer's version are the ones it came from; any other width is Typer's to print.
+HELP_ARGV: tuple[list[str], ...] = (["--help"], ["-h"])
+LISTING_COLUMNS = 80
+
+
+def listing_files() -> tuple[str, ...]:
+    """The sources the listing is printed from: every module of the CLI but the tables."""
+    names = sorted(p.name for p in (_PACKAGE / "cli").glob("*.py") if p.name != "fast_commands.py")
+    return tuple(f"cli/{name}" for name in names)
+
+
+def print_listing() -> int | None:
+    """Print the generated listing and return 0; None where it may not be Typer's output."""
+    import shutil
+
+    from clusterjob.cli.fast_commands import LISTING
+
+    if LISTING["typer"] != typer_version():
+        return None
+    if shutil.get_terminal_size().columns < LISTING_COLUMNS:
+        return None
+    if LISTING["declared"] != declared_digest(listing_files()):
+        return None
+    import sys
+
+    sys.stdout.write(LISTING["text"])
+    return 0
+
+
+def listing_module_lines() -> list[str]:
+    """``LISTING`` for the generated module: the app's ``--help`` at LISTING_COLUMNS."""
+    import contextlib
+    import io
+
+    import typer
+
+    from clusterjob.cli.app import run
+
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(LISTING_COLUMNS)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            code = run(["--help"])
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+    if code != 0:
+        raise RuntimeError(f"clusterjob --help exited {code}")
+    return [
+        "",
+        "LISTING: dict[str, str] = {",
+        f"    'typer': {typer.__version__!r},",
+        f"    'declared': {declared_digest(listing_files())!r},",
+        "    'text': (",
+        *(f"        {line!r}" for line in out.getvalue().splitlines(keepends=True)),
+        "    ),",
+        "}",
+    ]
 
 
 def fast_call(argv: list[str]) -> Callable[[], object] | None:
@@ -253,6 +322,7 @@ def commands_module(generator: str) -> str:
             "    },",
         ]
     lines.append("}")
+    lines += listing_module_lines()
     return "\n".join(lines) + "\n"
 
 
