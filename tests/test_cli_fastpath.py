@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterjob import resources
+from clusterjob import envvars, resources
 from clusterjob.__main__ import main
 from clusterjob.cli import fastpath
 from clusterjob.cli.app import run
@@ -247,6 +247,10 @@ def test_the_command_list_is_typers_at_its_widest(
             assert (run(argv), *capsys.readouterr()) == (0, *fast)
     monkeypatch.setenv("COLUMNS", "60")
     assert fastpath.fast_main(["--help"]) is None
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv(envvars.DEBUG, "1")
+    assert fastpath.fast_main(["--help"]) is None, "the app prints the debug header"
+    monkeypatch.delenv(envvars.DEBUG)
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setitem(fastpath.__dict__, "declared_digest", lambda files: "edited since")
     assert fastpath.fast_main(["--help"]) is None, "a listing older than the CLI's sources"

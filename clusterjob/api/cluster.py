@@ -36,7 +36,6 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
 
 from clusterjob.api.polling import first_slurm_look
 from clusterjob.errors import (
@@ -49,7 +48,10 @@ from clusterjob.errors import (
 )
 from clusterjob.slurm.runner import LocalTransport, Runner, SlurmResult, SshTransport
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:
+    from typing import Any
+
     from clusterjob.api.remote import HostProfile
     from clusterjob.jobs.badnodes import AvoidList
     from clusterjob.jobs.registry import JobRecord, Registry

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from clusterjob import envvars
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # imported where used: `clusterjob --help` loads neither YAML nor Slurm code
     from clusterjob.api.cluster import Cluster
     from clusterjob.site.model import Site

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '35fec2c69a40f5123563aaaca2fc3f4277bb9a14fff920619897b755bbdf3bee',
+    'declared': 'ac5f096561a3672be9af64c9c8e4fcd4642841cee4ff91f49e31106dc78e5bda',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

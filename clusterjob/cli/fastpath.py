@@ -100,14 +100,14 @@ def declared_digest(files: tuple[str, ...]) -> str:
 def fast_main(argv: list[str]) -> int | None:
     """Run ``argv`` without Typer if the fast path reads it: the exit code; None where Typer
     must read it (and the caller runs ``clusterjob.cli.app.run``)."""
-    if argv in HELP_ARGV and COMPLETION_VAR not in os.environ:
-        return print_listing()
-    if not argv or argv[0] not in FAST_COMMANDS:
+    if argv not in HELP_ARGV and (not argv or argv[0] not in FAST_COMMANDS):
         return None
     from clusterjob import envvars
 
     if "--debug" in argv or os.environ.get(envvars.DEBUG) == "1" or COMPLETION_VAR in os.environ:
         return None  # the debug log and shell completion are set up by the Typer app
+    if argv in HELP_ARGV:
+        return print_listing()
     call = fast_call(argv)
     if call is None:
         return None

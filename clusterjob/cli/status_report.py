@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from clusterjob.cli.common import the_cluster
 from clusterjob.errors import UsageError, printable
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:
     from clusterjob.jobs.status import JobStatus
 

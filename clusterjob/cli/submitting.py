@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 from clusterjob.cli.common import the_cluster
 from clusterjob.errors import UsageError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 # The command's own options; every other one is a field of the request (``Cluster.prepare``),
 # under the option's name or, where the option is repeatable, the name of the tuple it fills.
