@@ -239,12 +239,12 @@ def test_the_command_list_is_typers_at_its_widest(
 ) -> None:
     """`clusterjob --help` prints the list Typer printed when the table was generated, and
     only where Typer prints that very text: 80 columns or more; narrower is Typer's."""
-    for columns in ("80", "200"):
-        monkeypatch.setenv("COLUMNS", columns)
+    for columns in (80, 200):
+        typer = fastpath.typer_listing(columns)  # a new interpreter: the app's own order
+        monkeypatch.setenv("COLUMNS", str(columns))
         for argv in (["--help"], ["-h"]):
             assert fastpath.fast_main(argv) == 0
-            fast = capsys.readouterr()
-            assert (run(argv), *capsys.readouterr()) == (0, *fast)
+            assert capsys.readouterr() == (typer, "")
     monkeypatch.setenv("COLUMNS", "60")
     assert fastpath.fast_main(["--help"]) is None
     monkeypatch.setenv("COLUMNS", "80")

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': 'ac5f096561a3672be9af64c9c8e4fcd4642841cee4ff91f49e31106dc78e5bda',
+    'declared': 'b0ff35820bed5950971041d8a4f4dbd7db8abcb4596132d6f199e9ad9f2aca34',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'
@@ -109,13 +109,13 @@ LISTING: dict[str, str] = {
         '\n'
         'Commands:\n'
         '  submit     Submit SCRIPT (or -- CMD ARGS) with GPUs of one model, in...\n'
+        '  shell      An interactive session on a node with GPUs of one model:...\n'
         '  status     State of the jobs clusterjob submitted: one squeue (and...\n'
         "  logs       Print a job's output file (Slurm's own path for it).\n"
         "  wait       Wait until the jobs end; exit with the job's exit code (an...\n"
         '  cancel     Cancel jobs (one scancel call).\n'
         '  resubmit   Submit a recorded job again from its directory: re-rendered...\n'
         '  show       Where a job came from: command line, directory, git commit,...\n'
-        '  shell      An interactive session on a node with GPUs of one model:...\n'
         '  avail      Free GPUs by model and partition now (drained/down nodes...\n'
         '  nodes      The nodes your submissions avoid for a while (a failed...\n'
         '  run        Run COMMAND on free GPUs of one model of this machine (no...\n'

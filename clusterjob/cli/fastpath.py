@@ -153,35 +153,41 @@ def print_listing() -> int | None:
     return 0
 
 
+def typer_listing(columns: int = LISTING_COLUMNS) -> str:
+    """The app's ``--help`` as Typer prints it ``columns`` wide, in a new interpreter: the
+    order of the commands is the order their modules were first imported, which in a process
+    that has imported some already (a test run) is not the command's own."""
+    import subprocess
+    import sys
+
+    from clusterjob import envvars
+
+    env = {k: v for k, v in os.environ.items() if k not in (envvars.DEBUG, COMPLETION_VAR)}
+    env["COLUMNS"] = str(columns)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(_PACKAGE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    code = "import sys; from clusterjob.cli.app import run; sys.exit(run(['--help']))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"clusterjob --help exited {done.returncode}: {done.stderr}")
+    return done.stdout
+
+
 def listing_module_lines() -> list[str]:
     """``LISTING`` for the generated module: the app's ``--help`` at LISTING_COLUMNS."""
-    import contextlib
-    import io
-
     import typer
 
-    from clusterjob.cli.app import run
-
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(LISTING_COLUMNS)
-    out = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out):
-            code = run(["--help"])
-    finally:
-        if saved is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = saved
-    if code != 0:
-        raise RuntimeError(f"clusterjob --help exited {code}")
+    text = typer_listing()
     return [
         "",
         "LISTING: dict[str, str] = {",
         f"    'typer': {typer.__version__!r},",
         f"    'declared': {declared_digest(listing_files())!r},",
         "    'text': (",
-        *(f"        {line!r}" for line in out.getvalue().splitlines(keepends=True)),
+        *(f"        {line!r}" for line in text.splitlines(keepends=True)),
         "    ),",
         "}",
     ]
