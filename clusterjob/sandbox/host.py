@@ -42,12 +42,14 @@ def run(
     check: bool = True,
     input: str | None = None,
     new_session: bool = False,
+    cwd: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command to completion; on failure raise one line naming it and its stderr."""
     try:
         proc = subprocess.run(
             cmd,
             env=env,
+            cwd=cwd,
             input=input,
             capture_output=True,
             text=True,
@@ -135,11 +137,14 @@ def spawn(
     user: str | None = None,
 ) -> PidRecord:
     """Start a daemon in its foreground mode, detached: a shell in a new session starts it in
-    the background and says its pid, so the daemon is not our child and outlives us."""
+    the background and says its pid, so the daemon is not our child and outlives us. It
+    starts in /: a daemon kept the caller's working directory, and when that was a test's
+    temporary directory, removed later, every job step slurmd then started printed
+    "slurmstepd: error: Unable to get current working directory" into the job's output."""
     if user is not None:  # setpriv execs in place: the pid stays the daemon's
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *cmd]
     launcher = ["sh", "-c", '"$@" >>"$0" 2>&1 </dev/null & echo $!', str(log), *cmd]
-    started = run(launcher, env=env, timeout=30, new_session=True)
+    started = run(launcher, env=env, timeout=30, new_session=True, cwd="/")
     pid = int(started.stdout.strip())
     ticks = _start_ticks(pid)
     record = PidRecord(name, pid, ticks if ticks is not None else -1, log)

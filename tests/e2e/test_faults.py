@@ -325,3 +325,28 @@ def test_controller_down_every_command_ends_within_its_deadline(
         budget_s=budget,
         **{what.replace(" ", "_") + "_s": round(t, 1) for what, t in took.items()},
     )
+
+
+@pytest.mark.slurm
+def test_a_daemon_restarted_from_a_removed_directory_leaves_jobs_output_clean(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slurmd restarted by a caller whose working directory is then removed (a test's
+    temporary directory, pruned by a later run) used to keep that directory as its own: every
+    job step it started then printed "slurmstepd: error: Unable to get current working
+    directory" into the job's output, which a later test read as the job's first line."""
+    node = "gpu1"
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    monkeypatch.chdir(caller)
+    try:
+        assert cluster.stop_daemon(sandbox.state_dir, f"slurmd-{node}")
+        cluster.start_slurmctld(sandbox.state_dir)  # starts the missing slurmd again
+    finally:
+        monkeypatch.chdir(sandbox.workdir)
+        caller.rmdir()
+    wait_cluster_healthy(sandbox)
+    out = tmp_path / "out.txt"
+    job = sandbox.sbatch("-w", node, "-o", str(out), "--wrap", "echo hello")
+    assert sandbox.wait_job(job)["JobState"] == "COMPLETED"
+    assert out.read_text() == "hello\n"
