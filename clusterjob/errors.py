@@ -8,8 +8,9 @@ and exit with ``exit_code(exc)``. A traceback is shown only with ``--debug``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import Enum, IntEnum
+
+from clusterjob.record import Record
 
 
 class ExitCode(IntEnum):
@@ -34,15 +35,21 @@ class UsageError(ClusterjobError):
     """Bad command-line input: an unknown model, an impossible GPU request, a bad job id."""
 
 
-@dataclass(frozen=True)
-class ConfigIssue:
+class ConfigIssue(Record):
     """One problem in a site config, located as ``file:line: key.path: message``."""
+
+    __slots__ = ("file", "line", "key_path", "message", "warning")
 
     file: str
     line: int | None
     key_path: str
     message: str
-    warning: bool = False
+    warning: bool
+
+    def __init__(
+        self, file: str, line: int | None, key_path: str, message: str, warning: bool = False
+    ) -> None:
+        self._fill(file, line, key_path, message, warning)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file

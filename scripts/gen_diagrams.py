@@ -314,6 +314,7 @@ LAYER_WORDS = {
     "slurm": "the one place Slurm commands run",
     "gridengine": "the one place Grid Engine commands run: gridengine/runner.py (qsub, qstat, "
     "qacct, qdel, qhost, qconf) and pure parsers of their output",
+    "record": "frozen values for what the hooks import, without dataclasses",
     "errors": "one exception hierarchy, ExitCode",
     "envvars": "the environment variables",
     "pci": "PCI bus IDs",

@@ -12,6 +12,7 @@ tests/conftest.py registers this module as a plugin, so every test can ask for t
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 
 import clusterjob
 from clusterjob.errors import NvmlError, NvmlErrorKind
-from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, MigDevice
+from clusterjob.gpu.inventory import GpuInventory
 from clusterjob.sandbox.standin import (
     StandinScenario,
     build_standin_library,
@@ -87,15 +88,15 @@ def run_python(
 
 
 _INVENTORY_CODE = """
-import dataclasses, json, sys
+import json, marshal, sys
 from clusterjob.errors import NvmlError
 from clusterjob.gpu.inventory import read_inventory
 try:
     inv = read_inventory(timeout={timeout!r})
 except NvmlError as exc:
     print(json.dumps({{"error": {{"kind": exc.kind.value, "message": str(exc)}}}}))
-else:
-    print(json.dumps({{"inventory": dataclasses.asdict(inv)}}))
+else:  # as the forked NVML reader sends it back: plain data through marshal
+    print(json.dumps({{"inventory": marshal.dumps(inv.as_dict()).hex()}}))
 """
 
 
@@ -115,19 +116,4 @@ def inventory_in_child(
     data = json.loads(result.stdout.strip().splitlines()[-1])
     if "error" in data:
         return NvmlError(NvmlErrorKind(data["error"]["kind"]), data["error"]["message"])
-    inv = data["inventory"]
-    gpus = []
-    for g in inv["gpus"]:
-        procs = g.pop("processes")
-        if procs is not None:
-            procs = tuple(GpuProcess(**p) for p in procs)
-        if g.get("nvlink_active") is not None:
-            g["nvlink_active"] = tuple(g["nvlink_active"])
-        if g.get("mig_devices") is not None:
-            g["mig_devices"] = tuple(MigDevice(**m) for m in g["mig_devices"])
-        gpus.append(Gpu(**g, processes=procs))
-    return GpuInventory(
-        gpus=tuple(gpus),
-        driver_version=inv["driver_version"],
-        cuda_driver_version=inv["cuda_driver_version"],
-    )
+    return GpuInventory.from_dict(marshal.loads(bytes.fromhex(data["inventory"])))

@@ -7,7 +7,6 @@ scenarios run end to end over pynvml and the stand-in NVML library in test_hooks
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 
@@ -123,8 +122,8 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
             node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100),
-                replace(gpu(1, A100), minor=2),
-                replace(gpu(2, V100), minor=1),
+                gpu(1, A100).replace(minor=2),
+                gpu(2, V100).replace(minor=1),
                 gpu(3, V100),
             ),
             allocation=alloc(0),
@@ -136,8 +135,8 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
             node_map=MIXED_MAP,
             inventory=inv(
                 gpu(0, A100),
-                replace(gpu(1, A100), minor=2),
-                replace(gpu(2, V100), minor=1),
+                gpu(1, A100).replace(minor=2),
+                gpu(2, V100).replace(minor=1),
                 gpu(3, V100),
             ),
             allocation=alloc(1),
@@ -148,7 +147,7 @@ CASES: dict[str, tuple[dict[str, object], list[tuple[str, str, int | None]]]] = 
         dict(
             node_map=MIXED_MAP,
             inventory=inv(
-                gpu(0, A100), gpu(1, A100), replace(gpu(2, V100), lost=True), gpu(3, V100)
+                gpu(0, A100), gpu(1, A100), gpu(2, V100).replace(lost=True), gpu(3, V100)
             ),
             allocation=alloc(0),
         ),

@@ -9,7 +9,6 @@ tests/test_checks_exact.py``, then review its diff.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from test_checks import A100, CASES, H100, MIXED_INV, MIXED_MAP, V100, check, gpu, inv, slots
@@ -38,9 +37,8 @@ def job(env: dict[str, str], **kw: object) -> dict[str, object]:
 
 X16: dict[str, object] = {"pcie_link_width": 16, "pcie_link_width_max": 16}
 SLICE_MODELS = {f"A100-{p}": (f"{A100} MIG {p}",) for p in ("3g.40gb", "2g.20gb", "1g.10gb")}
-SHARED_UUIDS = replace(
-    MIXED_INV,
-    gpus=tuple(replace(g, uuid="GPU-dup") if g.index >= 2 else g for g in MIXED_INV.gpus),
+SHARED_UUIDS = MIXED_INV.replace(
+    gpus=tuple(g.replace(uuid="GPU-dup") if g.index >= 2 else g for g in MIXED_INV.gpus),
 )
 ON_GPU_1 = (MigDevice(0, "MIG-on-gpu1", f"{A100} MIG 3g.40gb", None, 1, 0),)
 
@@ -106,7 +104,7 @@ MORE: dict[str, dict[str, object]] = {
     },
     "a driver whose version NVML cannot name, and an old CUDA": {
         "node_map": MIXED_MAP,
-        "inventory": replace(MIXED_INV, driver_version=None, cuda_driver_version=11080),
+        "inventory": MIXED_INV.replace(driver_version=None, cuda_driver_version=11080),
         "driver_min": "550",
         "cuda_min": "12.1",
     },
@@ -154,7 +152,7 @@ MORE: dict[str, dict[str, object]] = {
     },
     "a driver that supports CUDA 12.0 where 12.1 is the minimum": {
         "node_map": MIXED_MAP,
-        "inventory": replace(MIXED_INV, cuda_driver_version=12000),
+        "inventory": MIXED_INV.replace(cuda_driver_version=12000),
         "cuda_min": "12.1",
     },
     "GPU variables that cannot be read": job(

@@ -88,5 +88,5 @@ def test_the_count_is_of_gres_indices() -> None:
 
 def test_a_leftover_process_on_a_sliced_gpu_belongs_to_some_slice() -> None:
     f = facts(sliced(migs(*SLICES), processes=(GpuProcess(7, 1, "python3", "bob"),)), 0)
-    f = Facts(**{**f.__dict__, "context": Context.PROLOG})
+    f = f.replace(context=Context.PROLOG)
     assert found(f) == []  # gpu-busy skips GPUs in MIG mode: another job's slice may be busy

@@ -335,7 +335,7 @@ def test_the_prolog_reads_nvml_within_the_sites_deadline_seconds(
 
 def test_a_deadline_given_on_the_command_line_wins_over_the_sites() -> None:
     run = prolog.PrologRun(node="gpu1", job_id=None, log_override=None, deadline_override=3.0)
-    run.policy = replace(prolog.DEFAULT_POLICY, deadline_seconds=11.0)
+    run.policy = prolog.DEFAULT_POLICY.replace(deadline_seconds=11.0)
     assert run.deadline == 3.0
     run.deadline_override = None
     assert run.deadline == 11.0

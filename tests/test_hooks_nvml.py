@@ -403,16 +403,18 @@ def test_hook_hung_gpu_ends_within_deadline(node: Node, hook: str, on_error: str
 # Run in the Prolog's process: what was imported when it forked its NVML reader, and whether
 # a reader was left behind when the Prolog returned.
 WATCH_FORK = """
-import os, signal, sys, time
+import os, sys, time  # no signal here: it loads enum, functools and collections
 seen = []
 def hook(event, args):
     if event == "os.fork" and not seen:
         seen.append(sorted(m for m in ("dataclasses", "pathlib", "clusterjob.errors",
-            "clusterjob.node.prolog", "clusterjob.site.nodemodel", "pynvml") if m in sys.modules))
+            "clusterjob.node.prolog", "clusterjob.site.nodemodel", "pynvml", "collections",
+            "contextlib", "pickle", "typing") if m in sys.modules))
 sys.addaudithook(hook)
 from clusterjob.__main__ import main
 code = main(sys.argv[1:])
 time.sleep(0.5)
+import signal
 try:
     pid, status = os.waitpid(-1, os.WNOHANG)
     left = "alive" if pid == 0 else f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
@@ -423,14 +425,53 @@ print("RESULT", code, seen[0] if seen else None, left)
 
 
 def test_prolog_reads_nvml_while_its_checks_load(node: Node) -> None:
-    """The Prolog forks its NVML reader before it imports anything heavy (its checks, the
-    site model, dataclasses, pathlib), so loading pynvml and the driver overlaps with
-    loading clusterjob; the reader is done and reaped by the time the Prolog returns."""
+    """The Prolog forks its NVML reader before it imports anything but the hook's dispatch
+    and the reader's own module (not its checks, the site model, pathlib, nor contextlib,
+    collections or pickle), so loading pynvml and the driver overlaps with loading
+    clusterjob; the reader is done and reaped by the time the Prolog returns."""
     node.setup(mixed())
     done = node.run(
         "-c", WATCH_FORK, "prolog", "--site", str(node.site), "--cache-dir", str(node.cache)
     )
     assert done.stdout.splitlines()[-1] == "RESULT 0 [] none", done.stderr
+
+
+# Modules no hook may load: dataclasses (with inspect, ast and dis, about as much as pynvml's
+# own import, and 0.5-1 ms for each class it makes), typing and pickle (clusterjob.record).
+SLOW_MODULES = ("dataclasses", "inspect", "typing", "pickle")
+# Run in the hook's process: what it, and the NVML reader it forks, had loaded at the end.
+WATCH_LOADED = f"""
+import os, sys
+slow = {SLOW_MODULES!r}
+real_exit = os._exit
+def _exit(status):  # where a forked NVML reader ends (its stdio is /dev/null)
+    with open(os.environ["LOADED_REPORT"], "a") as fh:
+        fh.write(f"reader {{sorted(m for m in slow if m in sys.modules)}}\\n")
+    real_exit(status)
+os._exit = _exit
+from clusterjob.__main__ import main
+code = main(sys.argv[1:])
+print("LOADED", sorted(m for m in slow if m in sys.modules), "CODE", code)
+"""
+
+
+@pytest.mark.parametrize("hook", [*HOOKS, "task-prolog"])
+def test_a_hook_loads_no_dataclasses_on_its_whole_path(node: Node, hook: str) -> None:
+    """Every hook, run to its verdict over the stand-in NVML (a node that passes, so that
+    every check runs), loads none of SLOW_MODULES, nor does the NVML reader it forks. Not
+    the first run after a site edit: that one reads the YAML with the site loader."""
+    node.setup(mixed())
+    report = node.tmp / "loaded.txt"
+    if hook == "task-prolog":  # GPUs out of PCI order: it reads NVML to put them in order
+        args, env = ["task-prolog"], {"CUDA_VISIBLE_DEVICES": "1,0"}
+    else:
+        args, env = node.hook_args(hook), node.hook_env(hook)
+    first = node.run(*args, env=env)  # the first job after a site edit: the loader fills a cache
+    assert first.returncode == 0, first.stderr
+    done = node.run("-c", WATCH_LOADED, *args, env={**env, "LOADED_REPORT": str(report)})
+    assert done.stdout.splitlines()[-1] == "LOADED [] CODE 0", done.stdout + done.stderr
+    readers = report.read_text().splitlines() if report.exists() else []
+    assert readers == (["reader []"] if hook in HOOKS else []), done.stderr
 
 
 def test_prolog_whose_early_fork_fails_still_checks_the_gpus(node: Node) -> None:
@@ -457,8 +498,8 @@ def test_prolog_whose_early_fork_fails_still_checks_the_gpus(node: Node) -> None
         str(node.cache),
     )
     late = "['clusterjob.errors', 'clusterjob.node.prolog', 'clusterjob.site.nodemodel', " + (
-        "'dataclasses', 'pathlib']"
-    )  # the real fork came after the checks were loaded
+        "'collections', 'contextlib', 'dataclasses', 'pathlib', 'typing']"
+    )  # the real fork came after the checks (and the first run's site loader) were loaded
     assert done.stdout.splitlines()[-2:] == [f"RESULT 0 {late} none", "FORKS 2"], done.stderr
     (rec,) = node.log_records()
     assert rec["outcome"] == "ok"

@@ -15,7 +15,6 @@ import signal
 import time
 import types
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -301,9 +300,7 @@ def test_the_site_log_path_is_used_without_an_override(
 def test_the_deadline(override: float | None, configured: float | None, deadline: float) -> None:
     run = prolog.PrologRun(node="n", job_id=None, log_override=None, deadline_override=override)
     if configured is not None:
-        from dataclasses import replace
-
-        run.policy = replace(prolog.DEFAULT_POLICY, deadline_seconds=configured)
+        run.policy = prolog.DEFAULT_POLICY.replace(deadline_seconds=configured)
     assert run.deadline == deadline
     assert deadline - 1 < run.remaining() <= deadline
 
@@ -734,8 +731,8 @@ def test_the_preflight_prefers_the_steps_gpus_to_the_jobs() -> None:
 def test_the_preflight_warns_when_the_jobs_cpus_are_far_from_its_gpu() -> None:
     read = Reader(*AS_MAPPED)
     far = 1 + max(os.sched_getaffinity(0))
-    gpus = (replace(read.inventory.gpus[0], cpu_affinity=f"{far}-{far + 7}"),)
-    read.inventory = replace(read.inventory, gpus=gpus + read.inventory.gpus[1:])
+    gpus = (read.inventory.gpus[0].replace(cpu_affinity=f"{far}-{far + 7}"),)
+    read.inventory = read.inventory.replace(gpus=gpus + read.inventory.gpus[1:])
     report = preflight_of(SITE, {"SLURM_JOB_GPUS": "0"}, read=read)
     assert [(f.check_id, f.severity.value) for f in report.findings] == [
         ("numa-affinity", "warning")

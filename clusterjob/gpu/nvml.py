@@ -11,11 +11,11 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from clusterjob.errors import NvmlError, NvmlErrorKind
 from clusterjob.gpu.inventory import Gpu, GpuInventory, GpuProcess, MigDevice, cpu_list
 from clusterjob.pci import normalise_bus_id
+from clusterjob.record import Record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
@@ -353,14 +353,20 @@ def read_xid_events(timeout_ms: int = 0) -> dict[str, tuple[int, ...]]:
     return {bus_id: tuple(codes) for bus_id, codes in found.items()}
 
 
-@dataclass(frozen=True)
-class GpuUsage:
+class GpuUsage(Record):
     """One GPU's load at one moment; a field NVML cannot tell is None."""
+
+    __slots__ = ("bus_id", "utilization", "memory_used", "power_mw")
 
     bus_id: str
     utilization: int | None  # percent of the last sample period a kernel ran
     memory_used: int | None  # bytes
     power_mw: int | None  # milliwatts
+
+    def __init__(
+        self, bus_id: str, utilization: int | None, memory_used: int | None, power_mw: int | None
+    ) -> None:
+        self._fill(bus_id, utilization, memory_used, power_mw)
 
 
 class UsageReader:

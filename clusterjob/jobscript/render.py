@@ -36,6 +36,7 @@ from clusterjob.jobscript.shell import (
     shell_quote,
 )
 from clusterjob.jobscript.steps import job_steps
+from clusterjob.record import Record
 from clusterjob.site.model import Site
 
 JOB_TEMPLATE = "job.sh.j2"
@@ -81,7 +82,8 @@ TEMPLATE_FILTERS: dict[str, Callable[..., str]] = {
 
 
 class TemplateRecord:
-    """A read-only view of one of our dataclasses for templates: its fields, as plain values.
+    """A read-only view of one of our dataclasses or records (``clusterjob.record``) for
+    templates: its fields, as plain values.
 
     The Jinja2 sandbox only hides underscore names; it still lets a template call any public
     method of any object it reaches (``pathlib.Path.read_text``, ``write_text``...). So what a
@@ -95,7 +97,8 @@ class TemplateRecord:
 
     def __init__(self, obj: object) -> None:
         object.__setattr__(self, "_obj", obj)
-        object.__setattr__(self, "_fields", frozenset(f.name for f in fields(obj)))  # type: ignore[arg-type]
+        names = obj._fields if isinstance(obj, Record) else [f.name for f in fields(obj)]  # type: ignore[arg-type]
+        object.__setattr__(self, "_fields", frozenset(names))
 
     def __getattr__(self, name: str) -> object:
         if name.startswith("_") or name not in self._fields:
@@ -133,7 +136,7 @@ def template_value(value: object) -> object:
             return plain(value)
     if isinstance(value, PurePath):
         return str(value)
-    if is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, Record) or (is_dataclass(value) and not isinstance(value, type)):
         return TemplateRecord(value)
     if isinstance(value, tuple):
         return tuple(template_value(v) for v in value)

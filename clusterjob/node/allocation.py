@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import Enum
+
+from clusterjob.record import Record
 
 __all__ = [
     "Allocation",
@@ -38,18 +39,23 @@ class Context(str, Enum):
     JOB = "job"  # inside the job (TaskProlog, job script): CUDA indices may be renumbered
 
 
-@dataclass(frozen=True)
-class CudaDevice:
+class CudaDevice(Record):
     """One entry of ``CUDA_VISIBLE_DEVICES``: an index, a GPU UUID (or prefix) or a MIG UUID."""
 
+    __slots__ = ("text", "index", "uuid", "mig")
+
     text: str
-    index: int | None = None
-    uuid: str | None = None  # "GPU-..." (possibly a prefix, as CUDA accepts)
-    mig: bool = False  # "MIG-..." or legacy "MIG-GPU-<uuid>/<gi>/<ci>"
+    index: int | None
+    uuid: str | None  # "GPU-..." (possibly a prefix, as CUDA accepts)
+    mig: bool  # "MIG-..." or legacy "MIG-GPU-<uuid>/<gi>/<ci>"
+
+    def __init__(
+        self, text: str, index: int | None = None, uuid: str | None = None, mig: bool = False
+    ) -> None:
+        self._fill(text, index, uuid, mig)
 
 
-@dataclass(frozen=True)
-class Allocation:
+class Allocation(Record):
     """The GPUs a job was given on this node, as far as the environment tells.
 
     ``slots`` are global GRES indices (== node-map slots, PCI order), in the order Slurm listed
@@ -58,13 +64,35 @@ class Allocation:
     GPUs that way; the checks resolve them against the inventory.
     """
 
+    __slots__ = (
+        "slots",
+        "source",
+        "uuids",
+        "mig_devices",
+        "renumbered",
+        "cuda_visible",
+        "problems",
+    )
+
     slots: tuple[int, ...] | None
     source: str  # the variable that gave ``slots``/``uuids``, or "" when none did
-    uuids: tuple[str, ...] = ()
-    mig_devices: tuple[str, ...] = ()
-    renumbered: bool = False  # CUDA_VISIBLE_DEVICES is 0..n-1 inside a device cgroup
-    cuda_visible: tuple[CudaDevice, ...] | None = None  # None: CUDA_VISIBLE_DEVICES unset
-    problems: tuple[str, ...] = ()  # things that could not be understood, one line each
+    uuids: tuple[str, ...]
+    mig_devices: tuple[str, ...]
+    renumbered: bool  # CUDA_VISIBLE_DEVICES is 0..n-1 inside a device cgroup
+    cuda_visible: tuple[CudaDevice, ...] | None  # None: CUDA_VISIBLE_DEVICES unset
+    problems: tuple[str, ...]  # things that could not be understood, one line each
+
+    def __init__(
+        self,
+        slots: tuple[int, ...] | None,
+        source: str,
+        uuids: tuple[str, ...] = (),
+        mig_devices: tuple[str, ...] = (),
+        renumbered: bool = False,
+        cuda_visible: tuple[CudaDevice, ...] | None = None,
+        problems: tuple[str, ...] = (),
+    ) -> None:
+        self._fill(slots, source, uuids, mig_devices, renumbered, cuda_visible, problems)
 
     @property
     def known(self) -> bool:

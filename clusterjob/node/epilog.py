@@ -20,11 +20,11 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from clusterjob import __version__
 from clusterjob.errors import ClusterjobError, NvmlError, NvmlErrorKind, printable
+from clusterjob.gpu.inventory import GpuInventory
 from clusterjob.gpu.isolation import ReadTimedOut, kill_children, start_in_child
 from clusterjob.node import drain, xid
 from clusterjob.node.allocation import Allocation, Context, allocation_from_env
@@ -37,6 +37,7 @@ from clusterjob.node.context import (
 )
 from clusterjob.node.prolog import PrologRun, _open_cache, _open_compiled
 from clusterjob.node.trust import open_trusted, open_trusted_append
+from clusterjob.record import Record
 from clusterjob.site.nodemodel import gres_units
 from clusterjob.site.nodeview import NodeView, load_node_view_fd
 
@@ -44,17 +45,16 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:
     from typing import Any
 
-    from clusterjob.gpu.inventory import GpuInventory
-
 __all__ = ["EPILOG_LOG_NAME", "MAX_LOG_BYTES", "EpilogRun", "GpuFault", "run_epilog"]
 
 EPILOG_LOG_NAME = "epilog.jsonl"  # beside the Prolog's log (the site's prolog.log)
 MAX_LOG_BYTES = 16 * 1024 * 1024  # past this the log is moved to epilog.jsonl.1 (one kept)
 
 
-@dataclass(frozen=True)
-class GpuFault:
+class GpuFault(Record):
     """One thing found wrong with one of the job's GPUs."""
+
+    __slots__ = ("kind", "slot", "bus_id", "summary", "cause", "drain", "xid", "source")
 
     kind: str  # "xid", "gpu-lost", "ecc-uncorrectable", "row-remap-failure", ...
     slot: int | None  # the node map's slot (gpuN); None: a GPU NVML could not place
@@ -62,8 +62,21 @@ class GpuFault:
     summary: str  # "Xid 79 (GPU fell off the bus)"
     cause: str  # "hardware", "driver", "application", "unknown"
     drain: bool
-    xid: int | None = None
-    source: str = "nvml"  # "nvml" or "kernel"
+    xid: int | None
+    source: str  # "nvml" or "kernel"
+
+    def __init__(
+        self,
+        kind: str,
+        slot: int | None,
+        bus_id: str | None,
+        summary: str,
+        cause: str,
+        drain: bool,
+        xid: int | None = None,
+        source: str = "nvml",
+    ) -> None:
+        self._fill(kind, slot, bus_id, summary, cause, drain, xid, source)
 
     def where(self) -> str:
         gpu = f"gpu{self.slot}" if self.slot is not None else "a GPU"
@@ -82,11 +95,22 @@ class GpuFault:
         }
 
 
-@dataclass
 class EpilogRun(PrologRun):
     """The Prolog's run state, with the Epilog's log, prefix and drain reason."""
 
-    kernel_log: str | None = None  # a file instead of /dev/kmsg (tests; --kernel-log)
+    __slots__ = ("kernel_log",)
+
+    def __init__(
+        self,
+        node: str,
+        job_id: str | None,
+        log_override: str | None,
+        deadline_override: float | None,
+        under_slurmd: bool = False,
+        kernel_log: str | None = None,  # a file instead of /dev/kmsg (tests; --kernel-log)
+    ) -> None:
+        super().__init__(node, job_id, log_override, deadline_override, under_slurmd)
+        self.kernel_log = kernel_log
 
     def log_path(self) -> Path:
         if self.log_override:
@@ -173,6 +197,8 @@ def run_epilog(
         text, source = xid.read_kernel_log(run.kernel_log)
         since = _job_start_uptime(environ, run)
         kernel = xid.parse_kernel_log(text, since)
+        if reading["inventory"] is not None:
+            reading["inventory"] = GpuInventory.from_dict(reading["inventory"])
         gpus = _job_gpus(view, allocation, reading["inventory"])
         faults = _faults(gpus, reading, kernel)
         rows = [_gpu_row(slot, bus_id, reading) for slot, bus_id in gpus]
@@ -211,7 +237,7 @@ def _read_faults() -> dict[str, Any]:  # in the forked child
 
     out: dict[str, Any] = {"inventory": None, "lost": None, "xids": {}, "xid_error": None}
     try:
-        out["inventory"] = read_nvml()
+        out["inventory"] = read_nvml().as_dict()  # plain data across the fork
     except NvmlError as exc:
         if exc.kind is not NvmlErrorKind.GPU_LOST:
             raise

@@ -17,7 +17,6 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterjob import __version__
@@ -45,19 +44,41 @@ if TYPE_CHECKING:  # typing is not imported at run time: ~3 ms of every job's st
 __all__ = ["PrologRun", "run_prolog"]
 
 
-@dataclass
 class PrologRun:
     """One Prolog run: enough state to give a verdict from anywhere, including the alarm."""
 
-    node: str
-    job_id: str | None
-    log_override: str | None
-    deadline_override: float | None
-    under_slurmd: bool = False  # run by slurmd (SLURM_SCRIPT_CONTEXT=prolog_slurmd), not by hand
-    started: float = field(default_factory=time.monotonic)
-    policy: PrologPolicy | None = None
-    err: TextIO = field(default_factory=lambda: sys.stderr)
-    notes: list[str] = field(default_factory=list)  # warnings shown only when passing
+    __slots__ = (
+        "node",
+        "job_id",
+        "log_override",
+        "deadline_override",
+        "under_slurmd",
+        "started",
+        "policy",
+        "err",
+        "notes",
+    )
+
+    def __init__(
+        self,
+        node: str,
+        job_id: str | None,
+        log_override: str | None,
+        deadline_override: float | None,
+        under_slurmd: bool = False,  # run by slurmd (SLURM_SCRIPT_CONTEXT=prolog_slurmd)
+        started: float | None = None,  # time.monotonic() at the start; None: now
+        policy: PrologPolicy | None = None,
+        err: TextIO | None = None,  # None: sys.stderr
+    ) -> None:
+        self.node = node
+        self.job_id = job_id
+        self.log_override = log_override
+        self.deadline_override = deadline_override
+        self.under_slurmd = under_slurmd
+        self.started = time.monotonic() if started is None else started
+        self.policy = policy
+        self.err = sys.stderr if err is None else err
+        self.notes: list[str] = []  # warnings shown only when passing
 
     @property
     def deadline(self) -> float:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 
 from clusterjob import __version__
 from clusterjob.errors import printable
@@ -211,6 +210,6 @@ def inventory_to_dict(
     return {
         "driver_version": inv.driver_version,
         "cuda_driver_version": inv.cuda_driver_version,
-        "gpus": [asdict(g) for g in inv.gpus],
+        "gpus": [g.as_dict() for g in inv.gpus],
         "claims": dict(holders or {}),  # clusterjob run claims: GPU UUID (or bus ID) -> holder
     }

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
 
 from clusterjob.errors import NvmlError, printable
 from clusterjob.gpu.inventory import GpuInventory, read_inventory
@@ -21,7 +20,10 @@ from clusterjob.node.allocation import (
 )
 from clusterjob.node.context import DEFAULT_POLICY, node_name, one_line
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # imported where a MIG node needs them: every task runs this hook
+    from typing import TextIO
+
     from clusterjob.site.nodeview import NodeView
 
 __all__ = ["run_task_prolog"]

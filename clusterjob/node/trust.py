@@ -25,10 +25,10 @@ import errno
 import os
 import stat
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
 from clusterjob.errors import UntrustedConfig
+from clusterjob.record import Record
 
 __all__ = [
     "TrustedFile",
@@ -46,14 +46,18 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-@dataclass(frozen=True)
-class TrustedFile:
+class TrustedFile(Record):
     """An open, checked file: read it through ``fd`` (the caller closes it), never by name."""
+
+    __slots__ = ("path", "realpath", "fd", "st")
 
     path: Path  # as given
     realpath: str  # the path actually walked (symlinks resolved)
     fd: int
     st: os.stat_result
+
+    def __init__(self, path: Path, realpath: str, fd: int, st: os.stat_result) -> None:
+        self._fill(path, realpath, fd, st)
 
 
 def _kind(st: os.stat_result) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+
+from clusterjob.record import Record
 
 __all__ = [
     "XIDS",
@@ -26,14 +27,18 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Xid:
+class Xid(Record):
     """One Xid code as NVIDIA documents it."""
+
+    __slots__ = ("code", "meaning", "cause", "drain")
 
     code: int
     meaning: str  # short, for a drain reason: "GPU fell off the bus"
     cause: str  # "hardware", "driver" or "application"
     drain: bool  # the GPU needs a reset or a field check before the next job
+
+    def __init__(self, code: int, meaning: str, cause: str, drain: bool) -> None:
+        self._fill(code, meaning, cause, drain)
 
 
 XIDS: dict[int, Xid] = {
@@ -89,17 +94,22 @@ def describe(code: int) -> Xid:
     return XIDS.get(code) or Xid(code, "not in clusterjob's Xid table", "unknown", False)
 
 
-@dataclass(frozen=True)
-class KernelXid:
+class KernelXid(Record):
     """One ``NVRM: Xid`` line of the kernel log."""
+
+    __slots__ = ("bus_id", "code", "uptime_s", "text")
 
     bus_id: str  # normalised dddd:bb:dd.0 (the kernel writes no function number)
     code: int
     uptime_s: float | None  # seconds since boot, when the line carries a timestamp
     text: str  # the line's message, as logged (for the record)
 
+    # "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
 
-# "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
+    def __init__(self, bus_id: str, code: int, uptime_s: float | None, text: str) -> None:
+        self._fill(bus_id, code, uptime_s, text)
+
+
 _XID_LINE = re.compile(
     r"NVRM: Xid \(PCI:(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):"
     r"(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?\): (?P<code>\d{1,5})\b"

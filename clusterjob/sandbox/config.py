@@ -349,7 +349,7 @@ def gres_from_site(
         # MIG slices the map gives without GPU instances are the stand-in's 1, 2, ...
         # (Slurm's NVML autodetection cannot see the stand-in)
         gpus = tuple(
-            replace(g, mig_gi=tuple(range(1, len(g.mig) + 1))) if g.mig and not g.mig_gi else g
+            g.replace(mig_gi=tuple(range(1, len(g.mig) + 1))) if g.mig and not g.mig_gi else g
             for g in gpus
         )
         one_node = replace(site, node_map=NodeMap({node: gpus}))

@@ -720,7 +720,7 @@ def validate_text(text: str, name: str = "site-init.yaml") -> tuple[Site | None,
         path = Path(tmp) / name
         path.write_text(text, encoding="utf-8")
         site, issues = validate_site_file(path)
-    return site, [replace(i, file=name) for i in issues]  # not the temporary directory
+    return site, [i.replace(file=name) for i in issues]  # not the temporary directory
 
 
 def describe(facts: ClusterFacts, name: str | None = None) -> InitResult:
@@ -762,10 +762,7 @@ def init_site(
         result = InitResult(text, site, tuple(issues), facts, plan, tuple(outcomes))
     if result.site is None:  # the loader refuses what was written: say where, write nothing
         raise ConfigError(
-            [
-                replace(i, message=f"{i.message} (in the file site init wrote)")
-                for i in result.issues
-            ]
+            [i.replace(message=f"{i.message} (in the file site init wrote)") for i in result.issues]
             or [ConfigIssue("site-init.yaml", None, "", "the written file could not be read")]
         )
     return result

@@ -19,10 +19,10 @@ import os
 import stat
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterjob.gpu.models import model_for_nvml_name
+from clusterjob.record import Record
 from clusterjob.site.nodemodel import CheckPolicy, NodeGpu, OnError, PrologPolicy
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
@@ -35,9 +35,20 @@ CACHE_FORMAT = 7  # 3: a slot's nvlinks; 4: check policies; 5: a slot's MIG; 6: 
 # 7: the GPU instance ids of its MIG slices
 
 
-@dataclass(frozen=True)
-class NodeView:
+class NodeView(Record):
     """What the node side needs: this node's GPU slots, and how to recognise each model."""
+
+    __slots__ = (
+        "site",
+        "source",
+        "node",
+        "gpus",
+        "models",
+        "gres_types",
+        "prolog",
+        "checks",
+        "partition_checks",
+    )
 
     site: str
     source: Path  # the site file as named by the caller
@@ -46,8 +57,32 @@ class NodeView:
     models: Mapping[str, tuple[str, ...]]  # canonical model name -> its NVML names
     gres_types: Mapping[str, str | None]  # canonical model name -> GRES type (None: untyped)
     prolog: PrologPolicy
-    checks: CheckPolicy = field(default_factory=CheckPolicy)  # the site's
-    partition_checks: Mapping[str, CheckPolicy] = field(default_factory=dict)  # this node's
+    checks: CheckPolicy  # the site's
+    partition_checks: Mapping[str, CheckPolicy]  # this node's
+
+    def __init__(
+        self,
+        site: str,
+        source: Path,
+        node: str,
+        gpus: tuple[NodeGpu, ...] | None,
+        models: Mapping[str, tuple[str, ...]],
+        gres_types: Mapping[str, str | None],
+        prolog: PrologPolicy,
+        checks: CheckPolicy | None = None,
+        partition_checks: Mapping[str, CheckPolicy] | None = None,
+    ) -> None:
+        self._fill(
+            site,
+            source,
+            node,
+            gpus,
+            models,
+            gres_types,
+            prolog,
+            CheckPolicy() if checks is None else checks,
+            {} if partition_checks is None else partition_checks,
+        )
 
     def checks_for(self, partition: str | None) -> CheckPolicy:
         """The check policy for a job of ``partition`` (Slurm may give a list: the first)."""

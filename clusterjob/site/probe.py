@@ -298,7 +298,7 @@ def merge_file(path: Path, probed: ProbedNode) -> MergeResult:
         if site is None:
             raise ConfigError(
                 [
-                    replace(i, file=str(path), message=i.message + " (merge not written)")
+                    i.replace(file=str(path), message=i.message + " (merge not written)")
                     for i in issues
                     if not i.warning
                 ]

@@ -9,27 +9,33 @@ map puts a GPU in MIG mode: there each slice is a GRES index of its own (``gres_
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 
 from clusterjob.gpu.inventory import Gpu, GpuInventory, MigDevice
 from clusterjob.gpu.models import model_for_nvml_name
 from clusterjob.node.allocation import Allocation, Context
+from clusterjob.record import Record
 from clusterjob.site.nodemodel import GresUnit, NodeGpu, gres_units
 
 __all__ = ["Facts", "JobSlice", "Need"]
 
 
-@dataclass(frozen=True)
-class JobSlice:
+class JobSlice(Record):
     """A MIG slice the job was given: named by a GRES index or a MIG UUID, with its GPU and
     the MIG device NVML lists for it (None: NVML lists none there)."""
+
+    __slots__ = ("named", "gpu", "device", "unit")
 
     named: str  # "GRES index 2" or the MIG UUID of CUDA_VISIBLE_DEVICES
     gpu: Gpu
     device: MigDevice | None
-    unit: GresUnit | None = None  # the map's slice, when named by GRES index
+    unit: GresUnit | None  # the map's slice, when named by GRES index
+
+    def __init__(
+        self, named: str, gpu: Gpu, device: MigDevice | None, unit: GresUnit | None = None
+    ) -> None:
+        self._fill(named, gpu, device, unit)
 
 
 def unit_device(unit: GresUnit, gpu: Gpu) -> MigDevice | None:
@@ -54,23 +60,71 @@ class Need(str, Enum):
     JOB_CPUS = "job_cpus"  # the CPUs the job may run on (inside the job: its affinity)
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(Record):
     """Everything the checks compare. ``node_map`` is None when the node is not in the map."""
+
+    __slots__ = (
+        "node",
+        "node_map",
+        "models",
+        "inventory",
+        "allocation",
+        "expect_model",
+        "expect_count",
+        "context",
+        "cuda_device_order",
+        "driver_min",
+        "cuda_min",
+        "severity",
+        "job_cpus",
+        "__dict__",  # room for the cached properties below
+    )
 
     node: str
     node_map: tuple[NodeGpu, ...] | None
     models: Mapping[str, tuple[str, ...]]  # canonical model -> NVML names
     inventory: GpuInventory
-    allocation: Allocation | None = None
-    expect_model: str | None = None
-    expect_count: int | None = None
-    context: Context = Context.PROLOG
-    cuda_device_order: str | None = None  # the job's CUDA_DEVICE_ORDER (job context only)
-    driver_min: str | None = None  # the oldest NVIDIA driver the site accepts here
-    cuda_min: str | None = None  # the oldest CUDA driver API version, e.g. "12.4"
-    severity: Mapping[str, str] = field(default_factory=dict)  # check id -> error/warning/off
-    job_cpus: frozenset[int] | None = None  # the job's CPUs (None: not known here)
+    allocation: Allocation | None
+    expect_model: str | None
+    expect_count: int | None
+    context: Context
+    cuda_device_order: str | None  # the job's CUDA_DEVICE_ORDER (job context only)
+    driver_min: str | None  # the oldest NVIDIA driver the site accepts here
+    cuda_min: str | None  # the oldest CUDA driver API version, e.g. "12.4"
+    severity: Mapping[str, str]  # check id -> error/warning/off
+    job_cpus: frozenset[int] | None  # the job's CPUs (None: not known here)
+
+    def __init__(
+        self,
+        node: str,
+        node_map: tuple[NodeGpu, ...] | None,
+        models: Mapping[str, tuple[str, ...]],
+        inventory: GpuInventory,
+        allocation: Allocation | None = None,
+        expect_model: str | None = None,
+        expect_count: int | None = None,
+        context: Context = Context.PROLOG,
+        cuda_device_order: str | None = None,
+        driver_min: str | None = None,
+        cuda_min: str | None = None,
+        severity: Mapping[str, str] | None = None,
+        job_cpus: frozenset[int] | None = None,
+    ) -> None:
+        self._fill(
+            node,
+            node_map,
+            models,
+            inventory,
+            allocation,
+            expect_model,
+            expect_count,
+            context,
+            cuda_device_order,
+            driver_min,
+            cuda_min,
+            {} if severity is None else severity,
+            job_cpus,
+        )
 
     def has(self, need: Need) -> bool:
         if need is Need.NODE_MAP:

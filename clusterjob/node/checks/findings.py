@@ -5,8 +5,9 @@ Every finding has a stable ``check_id`` that logs, JSON output and tests rely on
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from enum import Enum
+
+from clusterjob.record import Record
 
 __all__ = ["Finding", "PreflightReport", "Severity", "SlotRow"]
 
@@ -17,50 +18,95 @@ class Severity(str, Enum):
     INFO = "info"
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(Record):
     """What one check found wrong (or worth a warning) on one node, in one line."""
+
+    __slots__ = ("check_id", "severity", "node", "message", "slot", "bus_id", "expected", "found")
 
     check_id: str
     severity: Severity
     node: str
     message: str  # one line naming node, slot, bus ID, expected and found
-    slot: int | None = None
-    bus_id: str | None = None
-    expected: str | None = None
-    found: str | None = None
+    slot: int | None
+    bus_id: str | None
+    expected: str | None
+    found: str | None
+
+    def __init__(
+        self,
+        check_id: str,
+        severity: Severity,
+        node: str,
+        message: str,
+        slot: int | None = None,
+        bus_id: str | None = None,
+        expected: str | None = None,
+        found: str | None = None,
+    ) -> None:
+        self._fill(check_id, severity, node, message, slot, bus_id, expected, found)
 
     def to_dict(self) -> dict[str, object]:
-        d = asdict(self)
+        d = self.as_dict()
         d["severity"] = self.severity.value
         return d
 
 
-@dataclass(frozen=True)
-class SlotRow:
+class SlotRow(Record):
     """One line of the preflight table: a slot of the map and/or a GPU NVML sees."""
+
+    __slots__ = ("slot", "bus_id", "expected", "found", "status", "allocated")
 
     slot: int | None  # None: a GPU the node map does not know (extra)
     bus_id: str | None
     expected: str | None  # canonical model from the map
     found: str | None  # NVML name, with the site model in parentheses when known
     status: str  # "ok" or the check_id of the worst finding for this slot
-    allocated: bool = False
+    allocated: bool
+
+    def __init__(
+        self,
+        slot: int | None,
+        bus_id: str | None,
+        expected: str | None,
+        found: str | None,
+        status: str,
+        allocated: bool = False,
+    ) -> None:
+        self._fill(slot, bus_id, expected, found, status, allocated)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        return self.as_dict()
 
 
-@dataclass(frozen=True)
-class PreflightReport:
+class PreflightReport(Record):
     """A node's verdict: every finding, and the table of its slots."""
+
+    __slots__ = (
+        "node",
+        "findings",
+        "rows",
+        "allocated_slots",
+        "driver_version",
+        "cuda_driver_version",
+    )
 
     node: str
     findings: tuple[Finding, ...]
     rows: tuple[SlotRow, ...]
-    allocated_slots: tuple[int, ...] | None = None
-    driver_version: str | None = None
-    cuda_driver_version: int | None = None
+    allocated_slots: tuple[int, ...] | None
+    driver_version: str | None
+    cuda_driver_version: int | None
+
+    def __init__(
+        self,
+        node: str,
+        findings: tuple[Finding, ...],
+        rows: tuple[SlotRow, ...],
+        allocated_slots: tuple[int, ...] | None = None,
+        driver_version: str | None = None,
+        cuda_driver_version: int | None = None,
+    ) -> None:
+        self._fill(node, findings, rows, allocated_slots, driver_version, cuda_driver_version)
 
     @property
     def ok(self) -> bool:

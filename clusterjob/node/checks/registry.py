@@ -19,12 +19,12 @@ with); within a stage, checks run in the order they are defined. A per-node chec
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass
 from enum import Enum, IntEnum
 from itertools import groupby
 
 from clusterjob.node.checks.facts import Facts, Need
 from clusterjob.node.checks.findings import Finding, Severity
+from clusterjob.record import Record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # not at run time: the Prolog imports this module before every job
@@ -62,29 +62,54 @@ class Stage(IntEnum):
         return Scope.NODE
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(Record):
     """What one check found; the runner adds the check's id, its severity and the node."""
 
+    __slots__ = ("message", "slot", "bus_id", "expected", "found", "severity")
+
     message: str  # one line naming node, slot, bus ID, expected and found
-    slot: int | None = None
-    bus_id: str | None = None
-    expected: str | None = None
-    found: str | None = None
-    severity: Severity | None = None  # None: the check's; lower only (e.g. not the job's GPU)
+    slot: int | None
+    bus_id: str | None
+    expected: str | None
+    found: str | None
+    severity: Severity | None  # None: the check's; lower only (e.g. not the job's GPU)
+
+    def __init__(
+        self,
+        message: str,
+        slot: int | None = None,
+        bus_id: str | None = None,
+        expected: str | None = None,
+        found: str | None = None,
+        severity: Severity | None = None,
+    ) -> None:
+        self._fill(message, slot, bus_id, expected, found, severity)
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(Record):
     """A registered node check: its id, worst severity, stage and the facts it needs."""
+
+    __slots__ = ("id", "severity", "stage", "needs", "run", "reads", "action")
 
     id: str
     severity: Severity  # the worst it reports
     stage: Stage
     needs: frozenset[Need]
     run: Callable[..., Iterable[Observation]]
-    reads: str = ""  # what it reads (NVML calls, the map's keys, Slurm's variables)
-    action: str = ""  # what a person should do when it fires
+    reads: str  # what it reads (NVML calls, the map's keys, Slurm's variables)
+    action: str  # what a person should do when it fires
+
+    def __init__(
+        self,
+        id: str,
+        severity: Severity,
+        stage: Stage,
+        needs: frozenset[Need],
+        run: Callable[..., Iterable[Observation]],
+        reads: str = "",
+        action: str = "",
+    ) -> None:
+        self._fill(id, severity, stage, needs, run, reads, action)
 
     def finding(self, node: str, o: Observation, cap: Severity | None = None) -> Finding:
         """``cap``: the site's severity for this check, in place of the check's own; an
