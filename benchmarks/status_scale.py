@@ -185,6 +185,15 @@ def run(work: Path, *, quick: bool) -> Result:
             theirs,
             note=f"median of {repeats}, interleaved: starting Python alone, against the bare calls",
         )
+        result.compared(
+            f"floor: {REFERENCE_NAME}, then the same calls",
+            floor + theirs,
+            f"bare {bare_name}",
+            theirs,
+            note="the least a command costs that starts Python and then makes these calls (any "
+            "Python CLI run once per command); a target below this ratio needs a process that "
+            "is already running",
+        )
     result.add(
         "Slurm calls, one `status`",
         len(calls),
