@@ -29,6 +29,7 @@ from clusterjob.jobscript.render import (
 )
 from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.jobscript.template_env import _ENVIRONMENT_KEY, template_environment
+from clusterjob.record import Record
 
 
 def job(site=GRES_SITE, **kw: object):
@@ -287,6 +288,25 @@ def test_a_template_record_shows_fields_only() -> None:
         with pytest.raises(KeyError) as key_info:
             record[name]
         assert key_info.value.args == (name,)
+
+
+class ShownRecord(Record):
+    __slots__ = ("visible",)
+    visible: str
+
+    def __init__(self, visible: str = "v") -> None:
+        self._fill(visible)
+
+
+def test_a_record_is_shown_to_templates_as_a_dataclass_is() -> None:
+    """The node side's values (the site's node map, its Prolog policy) are records, not
+    dataclasses: a template sees their fields, and none of their methods."""
+    record = template_value(ShownRecord())
+    assert isinstance(record, TemplateRecord)
+    assert record.visible == "v" and record["visible"] == "v"
+    for name in ("replace", "as_dict", "_values", "_fill"):
+        with pytest.raises(AttributeError):
+            getattr(record, name)
 
 
 def test_a_template_record_compares_hashes_and_prints_as_its_object() -> None:
