@@ -10,7 +10,7 @@ room for ``functools.cached_property``, and is no field), annotates them, and wr
 ``__init__`` (so that its defaults are where type checkers and readers look), which stores
 them with ``_fill``. Equality, hash, ``repr``, pickling, ``replace`` and ``as_dict`` are the
 ones a frozen dataclass has, and are written here once. The modules the hooks import use
-``Record`` for their data; ``tests/test_hooks.py`` checks that they never load
+``Record`` for their data; ``tests/test_hooks_nvml.py`` checks that they never load
 ``dataclasses``. Everything else keeps ``@dataclass``.
 """
 

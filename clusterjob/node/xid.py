@@ -104,12 +104,11 @@ class KernelXid(Record):
     uptime_s: float | None  # seconds since boot, when the line carries a timestamp
     text: str  # the line's message, as logged (for the record)
 
-    # "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
-
     def __init__(self, bus_id: str, code: int, uptime_s: float | None, text: str) -> None:
         self._fill(bus_id, code, uptime_s, text)
 
 
+# "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
 _XID_LINE = re.compile(
     r"NVRM: Xid \(PCI:(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):"
     r"(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?\): (?P<code>\d{1,5})\b"
