@@ -49,6 +49,7 @@ SNAPSHOT = "CLUSTERJOB_SNAPSHOT"
 ARRAY_INDEX = "CLUSTERJOB_ARRAY_INDEX"
 GPU_BUS_IDS = "CLUSTERJOB_GPU_BUS_IDS"
 USAGE_INTERVAL = "CLUSTERJOB_USAGE_INTERVAL"
+SERVER = "CLUSTERJOB_SERVER"
 NVML_SCENARIO = "FAKE_NVML_SCENARIO"
 
 ENV_VARS: tuple[EnvVar, ...] = (
@@ -142,9 +143,20 @@ ENV_VARS: tuple[EnvVar, ...] = (
     ),
     EnvVar(
         RUNTIME_DIR,
-        "commands run against a remote cluster over SSH",
+        "commands run against a remote cluster over SSH; `submit` and `status`",
         "`$XDG_RUNTIME_DIR/clusterjob`, else `/tmp/clusterjob-UID`",
-        "Where the shared SSH connection keeps its control socket.",
+        "Where the shared SSH connection and the command server keep their sockets; it must "
+        "belong to you with mode 0700.",
+    ),
+    EnvVar(
+        SERVER,
+        "`submit` and `status`",
+        "`1`",
+        "`1`: hand `submit` and `status` to a command server of yours that has clusterjob "
+        "loaded (started in the background by the first of them, it ends after 2 minutes "
+        "without a command), so that a shell loop of submissions does not load clusterjob "
+        "each time; `0`: run every command in its own process, and start no server. See "
+        "[the command server](../getting-started/researcher.md#the-command-server).",
     ),
     EnvVar(
         SSH_CONFIG,

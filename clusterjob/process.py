@@ -50,3 +50,12 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
             with contextlib.suppress(OSError):
                 pipe.close()
     proc.wait()
+
+
+def reap(proc: subprocess.Popen[str]) -> None:
+    """End a child started for an answer that is no longer wanted, and wait for it: no
+    stray process, no zombie, no open pipe (a command that failed before asking)."""
+    if proc.returncode is None:
+        proc.kill()
+    if proc.stdout is not None and not proc.stdout.closed:
+        proc.communicate()  # waits, and closes the pipe

@@ -301,7 +301,8 @@ def node_map() -> str:
 # the generator, and so its test.
 LAYER_WORDS = {
     "__main__": "dispatch: the Slurm hooks (stdlib only) or the Typer app",
-    "cli": "Typer commands: parse, call the core, print; errors become exit codes",
+    "cli": "Typer commands: parse, call the core, print; errors become exit codes; the command "
+    "server that runs submit and status warm",
     "api": "Cluster and Job, the Python API; the job commands call it",
     "jobs": "submit, status, logs, cancel, wait, explain, the registry, avail",
     "sandbox": "the local Slurm and Grid Engine clusters and their stand-in NVML",
@@ -320,6 +321,7 @@ LAYER_WORDS = {
     "pci": "PCI bus IDs",
     "process": "a scheduler client run in its own process group, C locale",
     "resources": "templates, example sites",
+    "runtime_dir": "the private directory of the ssh connection's and the command server's sockets",
 }
 
 

@@ -3,9 +3,15 @@ real user's config, data or cache (job registry, site discovery, status cache)."
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+# Every command a test runs does its work in its own process, as before the command server:
+# which commands a warm server would take depends on timing, and a test's answer must not.
+# tests/test_command_server.py turns it on where it is the subject, and compares both ways.
+os.environ["CLUSTERJOB_SERVER"] = "0"
 
 
 @pytest.fixture(autouse=True)

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': 'b0ff35820bed5950971041d8a4f4dbd7db8abcb4596132d6f199e9ad9f2aca34',
+    'declared': 'af75d0091a2438d82c9fa84d59896cf4e1c36db6f8ea86ce884c375cca4181f8',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -139,6 +140,7 @@ class Registry:
         self.path = path or data_dir() / REGISTRY_FILE
         self.host = host  # reads see only this host's jobs ("" : this machine's)
         self._ready = False
+        self._held: tuple[int, sqlite3.Connection] | None = None  # (thread, its connection)
 
     # --- connection -----------------------------------------------------------------------
 
@@ -150,24 +152,29 @@ class Registry:
         )
 
     @contextmanager
+    def held(self) -> Iterator[None]:
+        """One connection for this thread's calls inside (a submission's check, record and
+        completion), where each would otherwise open its own: the last connection's close
+        checkpoints the WAL, a few milliseconds a submit paid three times. Each write is its
+        own transaction all the same, committed before the call returns."""
+        if self._held is not None:
+            yield
+            return
+        with self._connect(write=False) as conn:
+            self._held = (threading.get_ident(), conn)
+            try:
+                yield
+            finally:
+                self._held = None
+
+    @contextmanager
     def _connect(self, *, write: bool) -> Iterator[sqlite3.Connection]:
-        try:  # the registry holds whole command lines: owner only, from the first byte
-            ensure_private_dir(self.path.parent)
-        except OSError as exc:
-            raise RegistryError(f"cannot create {self.path.parent}: {exc.strerror}") from None
-        try:  # 0600 before SQLite opens it (its -wal/-shm files copy its mode)
-            create_private_file(self.path)
-        except OSError as exc:
-            raise RegistryError(f"cannot create {self.path}: {exc.strerror}") from None
-        if not self._ready:
-            narrow_to_owner(Path(f"{self.path}{suffix}") for suffix in ("", "-wal", "-shm"))
-        conn = None
+        held = self._held
+        conn = held[1] if held is not None and held[0] == threading.get_ident() else None
+        opened = conn is None
         try:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA synchronous = NORMAL")  # per connection; safe with WAL
-            if not self._ready:
-                self._prepare(conn)
+            if conn is None:
+                conn = self._open()
             if write:
                 conn.execute("BEGIN IMMEDIATE")
             yield conn
@@ -185,12 +192,44 @@ class Registry:
                 raise RegistryError(f"cannot open job registry {self.path}: {exc}") from None
             raise self._corrupt(exc) from None
         finally:
-            if conn is not None:
+            if conn is not None and opened:
                 conn.close()
+
+    def _open(self) -> sqlite3.Connection:
+        """A new connection, the registry's file and directory made private first and its
+        schema brought up to date."""
+        try:  # the registry holds whole command lines: owner only, from the first byte
+            ensure_private_dir(self.path.parent)
+        except OSError as exc:
+            raise RegistryError(f"cannot create {self.path.parent}: {exc.strerror}") from None
+        try:  # 0600 before SQLite opens it (its -wal/-shm files copy its mode)
+            create_private_file(self.path)
+        except OSError as exc:
+            raise RegistryError(f"cannot create {self.path}: {exc.strerror}") from None
+        if not self._ready:
+            narrow_to_owner(Path(f"{self.path}{suffix}") for suffix in ("", "-wal", "-shm"))
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA synchronous = NORMAL")  # per connection; safe with WAL
+            if not self._ready:
+                self._prepare(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         """WAL mode and the schema. Switching to WAL takes a lock the busy handler does not
-        always wait for, so that one statement is retried by hand."""
+        always wait for, so that one statement is retried by hand. A registry already in WAL
+        mode at this schema (every one after its first use) is only read: the write
+        transaction below cost each new process a few milliseconds."""
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() == "wal":
+                self._ready = True
+                return
         for attempt in range(200):
             try:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

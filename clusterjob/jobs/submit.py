@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -34,6 +35,7 @@ from clusterjob.jobs.private_files import data_dir, ensure_private_dir, write_pr
 from clusterjob.jobs.registry import JobRecord, Registry
 from clusterjob.jobs.status import cache_for, settle_pending
 from clusterjob.jobscript.backends import backend_for, backend_named, check_submits
+from clusterjob.process import reap
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
 from clusterjob.slurm.parse import StartEstimate, SubmittedJobId, is_final
 from clusterjob.slurm.syntax import split_array_id
@@ -101,27 +103,46 @@ def _write_script(script: str, token: str) -> Path:
 
 def git_commit(workdir: Path) -> str | None:
     """The commit checked out in ``workdir`` (with ``-dirty``), for reproducing a run."""
+    return start_git_commit(workdir)()
+
+
+def start_git_commit(workdir: Path) -> Callable[[], str | None]:
+    """``git_commit`` begun now, its answer given when the result is called: git reads the
+    work tree while the submission is prepared."""
     try:
-        head = subprocess.run(
-            ["git", "-C", str(workdir), "rev-parse", "HEAD"],
-            capture_output=True,
+        proc = subprocess.Popen(  # the commit and the changed files in one git process
+            ["git", "-C", str(workdir), "status", "--porcelain=v2", "--branch",
+             "--untracked-files=no"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True,
-            timeout=5,
-            check=False,
-        )
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "-C", str(workdir), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        )  # fmt: skip
+    except OSError:
+        return lambda: None
+    said: list[str | None] = []  # the answer, once read
+
+    def answer() -> str | None:
+        if not said:
+            try:
+                out, _ = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                reap(proc)
+                out = ""
+            said.append(commit_of_status(out) if proc.returncode == 0 else None)
+        return said[0]
+
+    weakref.finalize(answer, reap, proc)  # a submission that failed first: no stray git
+    return answer
+
+
+def commit_of_status(porcelain: str) -> str | None:
+    """The commit (``-dirty`` where a tracked file changed) in ``git status --porcelain=v2
+    --branch``'s output; None before the first commit."""
+    lines = porcelain.splitlines()
+    oid = next((ln.split()[2] for ln in lines if ln.startswith("# branch.oid ")), None)
+    if oid is None or oid == "(initial)":
         return None
-    commit = head.stdout.strip()
-    return commit + ("-dirty" if dirty.stdout.strip() else "") if commit else None
+    dirty = any(ln and not ln.startswith("#") for ln in lines)
+    return oid + ("-dirty" if dirty else "")
 
 
 def _cluster_name(client: SlurmClient) -> str:
@@ -169,6 +190,7 @@ def submit(
     else:
         work = Path(workdir or os.getcwd()).resolve()
     local = Path(source_dir).resolve() if source_dir is not None else (None if remote else work)
+    commit = start_git_commit(local) if local is not None and not test_only else lambda: None
     token = rendered.token
     if token_in_script(rendered.script) != token:
         raise UsageError(
@@ -192,6 +214,25 @@ def submit(
                 )
         finally:
             path.unlink(missing_ok=True)
+    with registry.held():  # one connection for the check, the record and its job id
+        return _submit_recorded(
+            site, resolved, rendered, client, registry, work, commit, command_line, resubmit_of
+        )  # fmt: skip
+
+
+def _submit_recorded(
+    site: Site,
+    resolved: ResolvedJob,
+    rendered: RenderedJob,
+    client: SlurmClient,
+    registry: Registry,
+    work: Path,
+    commit: Callable[[], str | None],
+    command_line: Sequence[str] | None,
+    resubmit_of: str | None,
+) -> Submitted:
+    """Record the job, run sbatch, record its id (``send_recorded``)."""
+    token = rendered.token
     registry.check()
     path = _write_script(rendered.script, token)
     request = resolved.request
@@ -205,7 +246,7 @@ def submit(
         script_path=str(path),
         command_line=shlex.join(command_line if command_line is not None else sys.argv),
         work_dir=str(work),
-        git_commit=git_commit(local) if local is not None else None,
+        git_commit=commit(),
         submitted_at=time.time(),
         state="PENDING",
         request=json.dumps({**asdict(request), "request_format": REQUEST_FORMAT}),

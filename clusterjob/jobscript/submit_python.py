@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import weakref
 
+from clusterjob.process import reap
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -92,21 +94,14 @@ def _start_real_executable(found: str, environ: Mapping[str, str]) -> Callable[[
             try:
                 out, _ = proc.communicate(timeout=20)
             except subprocess.SubprocessError:
-                _reap(proc)
+                reap(proc)
                 out = ""
             text = out.strip()
             said.append(text if proc.returncode == 0 and os.path.isabs(text) else found)
         return said[0]
 
-    weakref.finalize(answer, _reap, proc)  # a submit that failed before asking: no stray child
+    weakref.finalize(answer, reap, proc)  # a submit that failed before asking: no stray child
     return answer
-
-
-def _reap(proc: subprocess.Popen[str]) -> None:
-    if proc.returncode is None:
-        proc.kill()
-    if proc.stdout is not None and not proc.stdout.closed:
-        proc.communicate()  # waits, and closes the pipe
 
 
 # pyenv (https://github.com/pyenv/pyenv): its shim runs `pyenv exec`, a bash program of ~20

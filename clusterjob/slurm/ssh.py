@@ -32,12 +32,11 @@ from pathlib import Path
 
 from clusterjob import envvars
 from clusterjob.errors import SshError, UsageError
+from clusterjob.runtime_dir import RUNTIME_DIR_ENV, SOCKET_PATH_MAX, private_runtime_dir
 
 SSH_LOST = "ssh connection to the cluster failed"  # a transient marker (runner.TRANSIENT_MARKERS)
 CONTROL_PERSIST = "600"  # seconds the shared connection outlives its last command
 CONNECT_TIMEOUT = "20"
-RUNTIME_DIR_ENV = envvars.RUNTIME_DIR
-SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its NUL on Linux
 SSH_CONFIG_ENV = envvars.SSH_CONFIG  # an ssh_config file (-F) instead of ~/.ssh/config
 
 _SPEC = re.compile(
@@ -91,33 +90,13 @@ def parse_target(spec: str) -> SshTarget:
     )
 
 
-def runtime_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The private directory for control sockets (created 0700 by ``control_path``)."""
-    env = os.environ if environ is None else environ
-    given = env.get(RUNTIME_DIR_ENV)
-    if given:
-        return Path(given)
-    xdg = env.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isdir(xdg):
-        return Path(xdg) / "clusterjob"
-    return Path(f"/tmp/clusterjob-{os.getuid()}")
-
-
 def control_path(environ: Mapping[str, str] | None = None) -> str:
     """The ControlPath pattern: ``%C`` is ssh's hash of local host, remote host, port, user
     (a fixed 40 characters: a socket path must stay under ~100)."""
-    directory = runtime_dir(environ)
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = directory.stat()
-    except OSError as exc:
-        raise UsageError(f"cannot create {directory} for ssh's control socket: {exc}") from None
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise UsageError(
-            f"{directory} (ssh's control sockets) must belong to you with mode 0700; "
-            f"set {RUNTIME_DIR_ENV} to a private directory"
-        )
-    path = str(directory / "cm-%C")
+    directory, problem = private_runtime_dir(environ)
+    if problem:
+        raise UsageError(f"ssh's control socket: {problem}")
+    path = os.path.join(directory, "cm-%C")
     if len(path) - 2 + 40 > SOCKET_PATH_MAX:  # %C is 40 hex digits
         raise UsageError(
             f"{directory} is too long a directory for ssh's control socket (a socket path "

@@ -1,0 +1,484 @@
+"""The command server: a clusterjob with its modules loaded, that runs hot commands for clients.
+
+A fresh ``submit`` spends most of its time importing clusterjob (about 150 ms against the
+7 ms of the ``sbatch`` it runs); a shell loop of a hundred submissions pays it a hundred
+times. ``clusterjob.cli.client`` starts this server in the background the first time such a
+command runs; the commands after it hand themselves over (Mercurial's ``chg`` works the same
+way). The server loads what ``submit`` and ``status`` load (``PRELOAD``) and nothing more,
+and then waits. For each command it forks a worker, which takes on everything of the client
+process that its command could see (``_become_client``): the environment, the working
+directory, the umask, resource limits and priority, which signals are ignored or blocked,
+``sys.argv``, and the client's own stdin, stdout and stderr, passed as file descriptors. The
+worker then runs ``clusterjob.__main__.main`` as the client would have, and sends back the
+exit status; the server itself never runs a command, so every worker starts from freshly
+imported modules.
+
+What keeps a worker honest:
+
+- **Same installation and start-up.** The socket's name is made from the client's
+  interpreter, ``sys.path``, flags, locale and ``PYTHON*`` environment, user, groups and login
+  session (``client.fingerprint``); a request whose fingerprint differs from the server's is
+  refused, and the client runs the command itself.
+- **Same code.** Before each command the server checks that no file it loaded outside the
+  standard library (clusterjob's modules, its dependencies', any data file they read while
+  loading) changed since; if one did, it refuses the command and ends, and the next command
+  starts a new server.
+- **Nothing read at import.** The server starts with only the environment that shapes its
+  interpreter (``client.server_environment``): a module that read anything else while
+  loading would be wrong for every command, not only for some, and the tests compare served
+  and unserved commands side by side.
+- **Only its user.** The socket lies in the private runtime directory (mode 0700, checked);
+  the server answers only a peer of its own uid, and the client talks only to such a server
+  (``SO_PEERCRED`` both ways).
+
+A server ends after ``client.IDLE_SECONDS`` without a command, when its socket is removed or
+replaced, and when its code changed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import gc
+import importlib
+import io
+import marshal
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import NoReturn, TextIO
+
+from clusterjob.cli import client
+
+# What a submit and a status load, run in a fresh process, with the site read from its YAML
+# (tests/test_command_server.py keeps this in step): loaded once here, so that no worker
+# imports anything.
+PRELOAD = (
+    "clusterjob.__main__",
+    "clusterjob.api.cluster",
+    "clusterjob.api.polling",
+    "clusterjob.api.remote",
+    "clusterjob.cli.common",
+    "clusterjob.cli.fast_commands",
+    "clusterjob.cli.fastpath",
+    "clusterjob.cli.outcome",
+    "clusterjob.cli.status_report",
+    "clusterjob.cli.submitting",
+    "clusterjob.gpu.models",
+    "clusterjob.jobs.badnodes",
+    "clusterjob.jobs.controlled",
+    "clusterjob.jobs.explain",
+    "clusterjob.jobs.followup",
+    "clusterjob.jobs.hardware",
+    "clusterjob.jobs.private_files",
+    "clusterjob.jobs.registry",
+    "clusterjob.jobs.snapshot",
+    "clusterjob.jobs.status",
+    "clusterjob.jobs.submit",
+    "clusterjob.jobs.usage",
+    "clusterjob.jobscript.backends",
+    "clusterjob.jobscript.control",
+    "clusterjob.jobscript.directives",
+    "clusterjob.jobscript.interpreter",
+    "clusterjob.jobscript.program",
+    "clusterjob.jobscript.render",
+    "clusterjob.jobscript.request",
+    "clusterjob.jobscript.requeues",
+    "clusterjob.jobscript.shell",
+    "clusterjob.jobscript.shipped_templates",
+    "clusterjob.jobscript.steps",
+    "clusterjob.jobscript.submit_python",
+    "clusterjob.node.allocation",
+    "clusterjob.node.usage",
+    "clusterjob.pci",
+    "clusterjob.process",
+    "clusterjob.resources",
+    "clusterjob.site.discovery",
+    "clusterjob.site.gpu_syntax",
+    "clusterjob.site.initcache",
+    "clusterjob.site.jobpolicy",
+    "clusterjob.site.loader",  # a site not in the cache yet (or changed): read from its YAML
+    "clusterjob.site.model",
+    "clusterjob.site.nodemodel",
+    "clusterjob.site.pinning",
+    "clusterjob.site.schema",
+    "clusterjob.site.sitecache",
+    "clusterjob.slurm.commands",
+    "clusterjob.slurm.parse",
+    "clusterjob.slurm.runner",
+    "clusterjob.slurm.ssh",
+    "clusterjob.slurm.syntax",
+    "clusterjob.site.yamlcheck",
+    "difflib",
+    "encodings.utf_8_sig",
+    "glob",
+    "resource",
+)
+REQUEST_MAX = 16 << 20  # an environment of megabytes is possible; more is not a request
+REQUEST_TIMEOUT = 10.0  # seconds a client has to send its request once connected
+LOG_MAX = 1 << 20  # a server's log (a line a command) starts again past this size
+REFUSED_EXIT = 125  # a worker that could not take on its client's state; the client runs it
+TICK = 0.5  # seconds between the server's looks at its workers, its socket and the clock
+Stamp = tuple[int, int, int]  # a watched file's inode, size and mtime in nanoseconds
+
+
+def boot(path: str, print_: tuple[object, ...], main: Callable[[list[str]], int]) -> None:
+    """A server's life, started by ``client.start_server``: take the socket's lock (or end,
+    where another server holds it), load, listen, serve, end. ``main`` is the command line's
+    entry point (``clusterjob.__main__.main``), which each worker runs."""
+    if client.fingerprint(int(str(print_[-1]))) != print_:
+        return  # this interpreter did not start as the client's did: it could not stand in
+    os.umask(0o077)
+    lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return  # another server answers on this socket
+    watched = preload()
+    gc.freeze()  # the loaded modules' objects out of the collector's sight: a worker's
+    # collections then do not write to (and so copy) every page they live on
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a server that died without removing it
+    listener.bind(path)
+    listener.listen(64)
+    inode = os.stat(path).st_ino
+    if _size(path + ".log") > LOG_MAX:
+        os.unlink(path + ".log")
+    log = open(path + ".log", "a", encoding="utf-8")  # noqa: SIM115 - open while it serves
+    log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} server {os.getpid()}: listening\n")
+    log.flush()
+    try:
+        why = Server(listener, lock, print_, watched, log, main).serve(path, inode)
+        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} server {os.getpid()}: ends: {why}\n")
+        log.flush()
+    finally:
+        if _socket_inode(path) == inode:
+            os.unlink(path)
+        listener.close()
+        os._exit(0)  # no teardown of the loaded modules: it buys nothing here
+
+
+def preload() -> dict[str, Stamp]:
+    """Import ``PRELOAD``; the files it loaded from outside the standard library (modules,
+    and data files opened while loading), each with its stamp."""
+    opened: list[str] = []
+    loading = [True]
+
+    def note(event: str, args: tuple[object, ...]) -> None:
+        if loading[0] and event == "open" and isinstance(args[0], str):
+            opened.append(args[0])
+
+    sys.addaudithook(note)  # stays for the process's life; a check of a flag once loaded
+    for name in PRELOAD:
+        importlib.import_module(name)
+    loading[0] = False
+    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    files.update(opened)
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    return {
+        f: stamp
+        for f in sorted(x for x in files if isinstance(x, str) and os.path.isabs(x))
+        if not (f.startswith(stdlib) and "-packages" not in f) and (stamp := _stamp(f)) is not None
+    }
+
+
+def _stamp(path: str) -> Stamp | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _socket_inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+class Server:
+    """The accept loop: one forked worker per command; their statuses reaped here."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        lock: int,
+        print_: tuple[object, ...],
+        watched: dict[str, Stamp],
+        log: TextIO,
+        main: Callable[[list[str]], int],
+    ) -> None:
+        self.listener = listener
+        self.lock = lock
+        self.print_ = print_
+        self.watched = watched
+        self.workers: dict[int, tuple[socket.socket, str]] = {}  # pid: (client, command)
+        self.log = log
+        self.main = main
+
+    def serve(self, path: str, inode: int) -> str:
+        """Serve until a reason to end; that reason."""
+        last = time.monotonic()
+        while True:
+            ready, _, _ = select.select([self.listener], [], [], TICK)
+            self.reap()
+            if ready:
+                conn, _ = self.listener.accept()
+                last = time.monotonic()
+                if not self.take(conn):
+                    return "its code changed"  # the next command starts a new server
+            elif not self.workers and time.monotonic() - last > client.IDLE_SECONDS:
+                return f"no command for {client.IDLE_SECONDS} s"
+            if _socket_inode(path) != inode:
+                return "its socket was removed or replaced"
+
+    def stale(self) -> bool:
+        return any(_stamp(f) != stamp for f, stamp in self.watched.items())
+
+    def take(self, conn: socket.socket) -> bool:
+        """Start ``conn``'s command in a worker, or refuse it; False once this server's code
+        is stale."""
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            if struct.unpack("3i", creds)[1] != os.getuid():
+                conn.close()
+                return True
+            conn.settimeout(REQUEST_TIMEOUT)
+            request, fds = receive(conn)
+        except (OSError, ValueError, EOFError, TypeError):
+            conn.close()
+            return True
+        stale = self.stale()
+        if stale or request.get("fingerprint") != self.print_ or len(fds) != 4:
+            _close(fds)
+            _answer(conn, client.REFUSED, 0)
+            conn.close()
+            return not stale
+        pid = os.fork()
+        if pid == 0:
+            conn.settimeout(None)
+            self.listener.close()
+            os.close(self.lock)
+            for other, _ in self.workers.values():
+                other.close()
+            self.log.close()
+            work(conn, request, fds, self.main)
+        _close(fds)
+        self.workers[pid] = (conn, str(list(request["args"])[0]))  # type: ignore[call-overload]
+        return True
+
+    def reap(self) -> None:
+        """Tell each ended worker's client how it ended (a worker that ended normally told it
+        first; the client reads only the first answer)."""
+        while self.workers:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn, command = self.workers.pop(pid, (None, ""))
+            if conn is None:
+                continue
+            if os.WIFSIGNALED(status):
+                ended = f"signal {os.WTERMSIG(status)}"
+                _answer(conn, client.KILLED, os.WTERMSIG(status))
+            else:
+                code = os.waitstatus_to_exitcode(status)
+                ended = "refused" if code == REFUSED_EXIT else f"exit {code}"
+                _answer(conn, client.EXITED, code)
+            conn.close()
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            self.log.write(f"{stamp} worker {pid}: {command}, {ended}\n")
+            self.log.flush()
+
+
+def receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
+    """A client's request and the descriptors that came with it (stdin, stdout, stderr and
+    its working directory)."""
+    data, fds, flags, _ = socket.recv_fds(conn, 1 << 16, 4)
+    if flags & socket.MSG_CTRUNC:
+        _close(fds)
+        raise ValueError("descriptors cut off")
+    try:
+        if len(data) < 4:
+            raise EOFError
+        size = int.from_bytes(data[:4], "little")
+        if size > REQUEST_MAX:
+            raise ValueError("request too large")
+        body = bytearray(data[4:])
+        while len(body) < size:
+            chunk = conn.recv(min(1 << 20, size - len(body)))
+            if not chunk:
+                raise EOFError
+            body += chunk
+        request = marshal.loads(bytes(body))
+        if not isinstance(request, dict):
+            raise ValueError("not a request")
+    except BaseException:
+        _close(fds)
+        raise
+    return request, fds
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _answer(conn: socket.socket, tag: bytes, number: int) -> None:
+    with contextlib.suppress(OSError):  # the client went away: there is no one to tell
+        conn.sendall(tag + number.to_bytes(4, "little", signed=True))
+
+
+def work(
+    conn: socket.socket,
+    request: dict[str, object],
+    fds: list[int],
+    main: Callable[[list[str]], int],
+) -> NoReturn:
+    """A worker's life: become the client's process, run its command, report how it ended."""
+    try:
+        refusal = _become_client(request, fds)
+    except Exception as exc:  # a request this server cannot read: the client runs it
+        refusal = f"{type(exc).__name__}: {exc}"
+    if refusal is not None:
+        _answer(conn, client.REFUSED, 0)
+        os._exit(REFUSED_EXIT)
+    _answer(conn, client.STARTED, os.getpid())
+    code = run_command(main, list(request["args"]))  # type: ignore[call-overload]
+    _answer(conn, client.EXITED, code)
+    os._exit(code)
+
+
+def _become_client(request: dict[str, object], fds: list[int]) -> str | None:
+    """Take on the client process's state; why not, where a part of it cannot be taken on
+    (a resource limit above this process's hard limit, a priority it may not raise to)."""
+    import resource
+
+    for res, wanted in request["limits"].items():  # type: ignore[attr-defined]
+        if resource.getrlimit(res) != wanted:
+            try:
+                resource.setrlimit(res, wanted)
+            except (OSError, ValueError):
+                return f"resource limit {res}: {wanted}"
+    nice = request["nice"]
+    if os.getpriority(os.PRIO_PROCESS, 0) != nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)  # type: ignore[arg-type]
+        except OSError:
+            return f"priority {nice}"
+    _take_signals(request)
+    os.fchdir(fds[3])
+    for number, fd in enumerate(fds[:3]):
+        os.dup2(fd, number)
+    _close(fds)
+    os.environ.clear()
+    for key, value in request["environ"].items():  # type: ignore[attr-defined]
+        os.environb[key] = value
+    os.umask(request["umask"])  # type: ignore[arg-type]
+    sys.argv = list(request["argv"])  # type: ignore[call-overload]
+    _take_stdio()
+    return None
+
+
+def _take_signals(request: dict[str, object]) -> None:
+    """The client's signal dispositions as its interpreter set them up: the ones it ignored
+    ignored (a command run under ``nohup``, or in a shell's background), the others as
+    Python sets them; and the same blocked signals."""
+    ignored = set(request["ignored"])  # type: ignore[call-overload]
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        if sig in ignored:
+            handler: object = signal.SIG_IGN
+        elif sig == signal.SIGINT:
+            handler = signal.default_int_handler
+        else:
+            handler = signal.SIG_DFL
+        with contextlib.suppress(OSError, ValueError):  # one the C library keeps for itself
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+    signal.pthread_sigmask(signal.SIG_SETMASK, request["blocked"])  # type: ignore[arg-type]
+
+
+def _take_stdio() -> None:
+    """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` over the client's descriptors, as the
+    interpreter opens them at its start: the same encoding and error handlers (the locale is
+    the client's, by the fingerprint), stdout line-buffered on a terminal, stderr always."""
+    for number, name in enumerate(("stdin", "stdout", "stderr")):
+        old = getattr(sys, name)
+        raw = io.FileIO(number, "r" if number == 0 else "w", closefd=False)
+        buffered = io.BufferedReader(raw) if number == 0 else io.BufferedWriter(raw)
+        stream = io.TextIOWrapper(
+            buffered,
+            encoding=old.encoding,
+            errors=old.errors,
+            newline="\n",
+            line_buffering=number == 2 or (number == 1 and raw.isatty()),
+            write_through=old.write_through,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def run_command(main: Callable[[list[str]], int], args: list[str]) -> int:
+    """Run the command as the client's interpreter would have run it, to the end of its
+    process: its exit status, where it ends by one."""
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = _exit_status(exc)
+    except KeyboardInterrupt:  # as the interpreter does: the traceback, then end by SIGINT
+        traceback.print_exc()
+        _flushed()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    threading = sys.modules.get("threading")
+    if threading is not None:  # the interpreter waits for threads that are not daemons
+        for thread in threading.enumerate():
+            if not thread.daemon and thread is not threading.main_thread():
+                thread.join()
+    atexit._run_exitfuncs()
+    if not _flushed() and code == 0:
+        code = 120  # what the interpreter exits with when stdout cannot be flushed at its end
+    return code
+
+
+def _exit_status(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _flushed() -> bool:
+    ok = True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            ok = False
+    return ok

@@ -1,0 +1,375 @@
+"""The command server (clusterjob/cli/server.py, client.py): a command it runs answers as the
+same command run in its own process, for every shape of command line; the server loads
+everything such a command loads, reads nothing of its environment while loading, answers
+only its own user, and ends when its code changes, its socket goes or it is idle.
+
+The end-to-end half, against the local Slurm cluster (a served job sees what its client had,
+Ctrl-C, a terminal), is tests/e2e/test_command_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from server_helpers import (
+    REPO,
+    normalized,
+    run,
+    runtime_dir,
+    served,
+    served_env,
+    server_pids,
+    start,
+    wait_for_server,
+)
+
+from clusterjob import envvars
+from clusterjob.cli import client, fastpath, server
+from clusterjob.runtime_dir import RUNTIME_DIR_ENV
+
+SITE = REPO / "site_configs" / "mllab.yaml"
+
+# Command lines of every shape the fast path and Typer take: a submission's options, a
+# request the site refuses, the argument parser's errors, help, and status (no Slurm here:
+# its error line, the same both ways).
+COMMAND_LINES = [
+    ["submit", "train.py", "--gpus", "2", "--model", "A100", "--dry-run"],
+    ["submit", "train.py", "-N", "2", "--gpus", "4", "--model", "A100", "--dry-run"],
+    ["submit", "train.py", "--gpus", "1", "--model", "A100", "--array", "0-3", "--env", "A=1",
+     "--time", "1:00:00", "--dry-run", "--", "--lr", "0.1"],
+    ["submit", "train.py", "--gpus", "1", "--model", "A100", "--sweep", "lr=0.1,0.2",
+     "--dry-run"],
+    ["submit", "train.py", "--gpus", "2", "--model", "H100", "--dry-run"],
+    ["submit", "train.py", "--gpus", "two", "--model", "A100", "--dry-run"],
+    ["submit", "missing.py", "--gpus", "1", "--model", "A100", "--dry-run"],
+    ["submit", "train.py", "--gpus", "1", "--model", "A100", "--dry-run", "--debug"],
+    ["submit"],
+    ["submit", "--help"],
+    ["status"],
+    ["status", "--all", "--json"],
+    ["status", "12345"],
+    ["status", "--bogus"],
+]  # fmt: skip
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text("print('train')\n")
+    return tmp_path
+
+
+@pytest.fixture
+def base_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ, CLUSTERJOB_SITE=str(SITE), COLUMNS="100")
+    env["CLUSTERJOB_DATA_DIR"] = str(tmp_path / "data")
+    for name in ("SLURM_CONF", "CLUSTERJOB_HOST"):
+        env.pop(name, None)
+    env["PATH"] = "/usr/bin:/bin"  # no Slurm: status says so, the same way both times
+    return env
+
+
+def test_every_shape_of_command_line_answers_alike_served_and_not(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        start(env, rt, workdir)
+        differ = []
+        for args in COMMAND_LINES:
+            before = len(served(rt))
+            alone = run(args, dict(base_env, CLUSTERJOB_SERVER="0"), workdir)
+            through = run(args, env, workdir)
+            assert len(served(rt, before + 1)) == before + 1, f"not served: {args}: {served(rt)}"
+            a = (alone.returncode, normalized(alone.stdout), normalized(alone.stderr))
+            b = (through.returncode, normalized(through.stdout), normalized(through.stderr))
+            if a != b:
+                differ.append(f"{args}:\n  alone:  {a}\n  served: {b}")
+        assert not differ, "\n".join(differ)
+        # the shapes are not all alike: errors, help and scripts among them
+        assert {int(line.rsplit(" ", 1)[1]) for line in served(rt)[-len(COMMAND_LINES) :]} > {0}
+
+
+def test_a_served_command_reads_stdin_and_writes_to_the_descriptors_it_was_given(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    """The server's own stdio is /dev/null: the output must reach the client's own pipes,
+    not the server's, and the exit status the client's; here through a file for stdout."""
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        start(env, rt, workdir)
+        out = workdir / "out.txt"
+        with out.open("w") as fh:
+            done = subprocess.run(
+                [*_cli(), "submit", "train.py", "--gpus", "1", "--model", "A100", "--dry-run"],
+                env=env, cwd=workdir, stdout=fh, stderr=subprocess.PIPE, text=True, timeout=60,
+            )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "#SBATCH --gres=gpu:a100:1" in out.read_text() or "#SBATCH" in out.read_text()
+        assert served(rt, 1) == ["submit, exit 0"]
+
+
+def _cli() -> list[str]:
+    from server_helpers import clusterjob_command
+
+    return clusterjob_command()
+
+
+def test_the_server_loads_everything_a_submit_and_a_status_load() -> None:
+    """A worker imports nothing: whatever a fresh submit or status loads (clusterjob's modules,
+    its dependencies', the standard library's) the server loaded before it forked."""
+    cold = textwrap.dedent(
+        f"""
+        import contextlib, io, os, sys
+        os.environ["CLUSTERJOB_SITE"] = {str(SITE)!r}
+        os.environ["PATH"] = "/usr/bin:/bin"
+        from clusterjob.__main__ import main
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            main(["submit", {str(REPO / "examples" / "train.py")!r}, "--gpus", "1",
+                  "--model", "A100", "--dry-run"])
+            main(["status"])
+        print(sorted(sys.modules))
+        """
+    )
+    warm = "from clusterjob.cli import server; server.preload(); import sys; print(sorted(sys.modules))"  # noqa: E501
+    env = dict(os.environ, CLUSTERJOB_SERVER="0")
+    loaded = _modules(cold, env)
+    preloaded = _modules(warm, env)
+    missing = sorted(set(loaded) - set(preloaded) - {"__main__"})
+    assert not missing, f"add to server.PRELOAD: {missing}"
+
+
+def _modules(code: str, env: dict[str, str]) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+        check=True,
+    )  # fmt: skip
+    return list(eval(done.stdout.strip().splitlines()[-1]))  # a list of names, printed here
+
+
+def test_no_loaded_module_of_clusterjob_reads_the_environment_or_cwd_while_loading() -> None:
+    """A server starts with the interpreter's environment alone and serves every command from
+    modules loaded then: one that read anything else while loading (a default from
+    ``$HOME``, the working directory) would answer each command with the server's."""
+    code = textwrap.dedent(
+        """
+        import json, os, sys
+        read = []
+        class Watched(type(os.environ)):
+            def __getitem__(self, key):
+                frame = sys._getframe(1)  # past Mapping.get and os's own helpers
+                while frame.f_globals.get("__name__") in ("collections.abc", "os"):
+                    frame = frame.f_back
+                read.append([frame.f_globals.get("__name__", ""), key])
+                return super().__getitem__(key)
+        os.environ.__class__ = Watched
+        real_getcwd = os.getcwd
+        def getcwd():
+            read.append([sys._getframe(1).f_globals.get("__name__", ""), "(cwd)"])
+            return real_getcwd()
+        os.getcwd = getcwd
+        from clusterjob.cli import server
+        server.preload()
+        print(json.dumps(read))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = [f"{module} read {key}" for module, key in read if module.startswith("clusterjob")]
+    assert not ours, ours
+    # the watch works: a read that goes through it is seen
+    probe = subprocess.run(
+        [sys.executable, "-c", code.replace("server.preload()", "import clusterjob.runtime_dir as r; r.runtime_dir()")],  # noqa: E501
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "clusterjob.runtime_dir" in probe.stdout
+
+
+def test_the_fast_commands_are_the_served_ones() -> None:
+    assert set(client.SERVED) == set(fastpath.FAST_COMMANDS)
+    assert client.SERVER_ENV == envvars.SERVER
+    assert RUNTIME_DIR_ENV == envvars.RUNTIME_DIR
+
+
+def test_a_bad_server_setting_is_one_line_and_exit_2(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    done = run(["status"], dict(base_env, CLUSTERJOB_SERVER="yes"), workdir)
+    assert done.returncode == 2
+    assert done.stderr == "clusterjob: error: CLUSTERJOB_SERVER must be 0 or 1, not 'yes'\n"
+
+
+def test_with_the_server_off_no_server_starts(workdir: Path, base_env: dict[str, str]) -> None:
+    with runtime_dir() as rt:
+        env = dict(served_env(base_env, rt), CLUSTERJOB_SERVER="0")
+        run(["status", "--help"], env, workdir)
+        time.sleep(1.0)
+        assert not list(rt.iterdir())
+
+
+def test_the_socket_name_follows_what_shapes_the_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = client.fingerprint(1)
+    monkeypatch.setenv("LC_ALL", "C")
+    second = client.fingerprint(1)
+    monkeypatch.setenv("PYTHONWARNINGS", "error")
+    third = client.fingerprint(1)
+    paths = {client.socket_path("/d", p) for p in (first, second, third, client.fingerprint(2))}
+    assert len(paths) == 4
+    monkeypatch.setenv("SOMETHING_ELSE", "x")  # the command's own environment: not part of it
+    assert client.fingerprint(1) == third
+
+
+def test_a_server_starts_with_only_what_shapes_its_interpreter() -> None:
+    env = {"HOME": "/h", "PATH": "/bin", "LANG": "C.UTF-8", "LC_CTYPE": "C", "PYTHONPATH": "/p",
+           "CLUSTERJOB_SITE": "/s", "SLURM_CONF": "/c"}  # fmt: skip
+    assert client.server_environment(env) == {
+        "HOME": "/h", "LANG": "C.UTF-8", "LC_CTYPE": "C", "PYTHONPATH": "/p",
+    }  # fmt: skip
+
+
+def test_a_changed_module_ends_the_server_and_its_command_runs_alone(
+    tmp_path: Path, workdir: Path, base_env: dict[str, str]
+) -> None:
+    """A copy of clusterjob first on the path (as an upgrade in place would leave it): its
+    server refuses the first command after a module changed, which runs in its own process,
+    and ends; the next command starts a server of the new code."""
+    copy = tmp_path / "copy"
+    shutil.copytree(
+        REPO / "clusterjob", copy / "clusterjob", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    base = dict(base_env, PYTHONPATH=str(copy))
+    with runtime_dir() as rt:
+        env = served_env(base, rt)
+        start(env, rt, workdir)
+        first = server_pids(rt)
+        assert run(["status", "--all"], env, workdir).returncode != 2
+        assert len(served(rt, 1)) == 1  # the help that started it ran alone; then status
+        module = copy / "clusterjob" / "cli" / "outcome.py"
+        module.write_text(module.read_text() + "\n# changed\n")
+        alone = run(["status", "--all"], env, workdir)
+        assert len(served(rt, 2, timeout=1)) == 1, "a stale server ran a command"
+        assert (
+            alone.returncode
+            == run(["status", "--all"], dict(base, CLUSTERJOB_SERVER="0"), workdir).returncode
+        )  # noqa: E501
+        deadline = time.monotonic() + 20
+        while server_pids(rt) == first:
+            run(["status", "--help"], env, workdir)
+            assert time.monotonic() < deadline, "no new server after the code changed"
+            time.sleep(0.3)
+        assert "ends: its code changed" in (rt.glob("server-*.log").__next__()).read_text()
+
+
+def test_a_request_the_worker_cannot_take_on_runs_alone(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    """A server started under a lower hard limit cannot raise a later client's: that client's
+    command runs in its own process, with its own limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 64:
+        pytest.skip("this process's open-file limit is too low to lower")
+    low = min(hard - 1, 1024)
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+
+        def lowered() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, low), low))
+
+        subprocess.run([*_cli(), "status", "--help"], env=env, cwd=workdir, preexec_fn=lowered,
+                       capture_output=True, timeout=60, check=False)  # fmt: skip
+        wait_for_server(rt)
+        done = run(["status", "--help"], env, workdir)
+        assert done.returncode == 0 and "Usage" in done.stdout
+        assert served(rt, 1) == ["status, refused"]
+        ok = subprocess.run(
+            [*_cli(), "status", "--help"], env=env, cwd=workdir, preexec_fn=lowered,
+            capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert ok.returncode == 0
+        assert served(rt, 2) == ["status, refused", "status, exit 0"]
+
+
+def test_another_user_gets_no_answer(workdir: Path, base_env: dict[str, str]) -> None:
+    """Even where the directory and socket were opened to others, the server answers no one
+    but its own user (``SO_PEERCRED``)."""
+    pytest.importorskip("pwd")
+    from unix_users import unix_user
+
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        start(env, rt, workdir)
+        sock = next(p for p in rt.iterdir() if p.suffix == "" and p.name.startswith("server-"))
+        rt.chmod(0o711)
+        sock.chmod(0o666)
+        probe = textwrap.dedent(
+            f"""
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect({str(sock)!r})
+            s.sendall(b"\\x10\\x00\\x00\\x00" + b"x" * 16)
+            s.settimeout(10)
+            try:
+                print(repr(s.recv(5)))
+            except ConnectionResetError:  # closed with our request unread
+                print(repr(b""))
+            """
+        )
+        with unix_user("cjsrv") as other:
+            done = other.run([sys.executable, "-c", probe])
+        assert done.stdout.strip() == "b''", done.stderr
+        assert served(rt, 1, timeout=1) == []
+
+
+def test_an_idle_server_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client, "IDLE_SECONDS", 0.3)
+    path = str(tmp_path / "s")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    with open(tmp_path / "log", "w") as log:
+        begun = time.monotonic()
+        serving = server.Server(listener, -1, (), {}, log, lambda args: 0)
+        why = serving.serve(path, os.stat(path).st_ino)
+    assert why == "no command for 0.3 s"
+    assert time.monotonic() - begun < 5
+    listener.close()
+
+
+def test_a_watched_file_that_changes_makes_the_server_stale(tmp_path: Path) -> None:
+    watched = tmp_path / "m.py"
+    watched.write_text("x = 1\n")
+    stamp = server._stamp(str(watched))
+    assert stamp is not None
+    with open(os.devnull, "w") as log, socket.socket(socket.AF_UNIX) as listener:
+        serving = server.Server(listener, -1, (), {str(watched): stamp}, log, lambda args: 0)
+        assert not serving.stale()
+        watched.write_text("x = 2\n")
+        assert serving.stale()
+
+
+def test_what_the_server_watches_is_its_code_not_the_standard_library() -> None:
+    code = (
+        "from clusterjob.cli import server as s; import json; print(json.dumps(list(s.preload())))"  # noqa: E501
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )  # noqa: E501
+    files = json.loads(done.stdout.strip().splitlines()[-1])
+    assert str(REPO / "clusterjob" / "cli" / "submitting.py") in files
+    assert any("jinja2" in f or "hostlist" in f for f in files)  # a dependency's modules
+    assert not any(
+        f.startswith(os.path.dirname(os.__file__) + "/") and "-packages" not in f for f in files
+    )  # noqa: E501
