@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(to_markdown(kept, data["machine"], data["quick"]))
         return 0
     as_installed()
+    os.environ["CLUSTERJOB_SERVER"] = "0"  # a process per command; served rows say otherwise
     machine = machine_line()
     machine["generated"] = time.strftime("%Y-%m-%d %H:%M %Z")
     with tempfile.TemporaryDirectory(prefix="clusterjob-bench-") as tmp:

@@ -177,3 +177,55 @@ def machine_line() -> dict[str, object]:
 
 def within(value: float, limit: float) -> bool:
     return value <= limit
+
+
+class CommandServer:
+    """A command server of its own for the served rows (``clusterjob.cli.server``): an
+    environment whose ``submit`` and ``status`` go to it, in a private runtime directory with
+    a short path (a socket's path has at most 107 bytes), and what it ran, from its log. Every
+    other row runs with ``CLUSTERJOB_SERVER=0`` (``python -m benchmarks`` sets it): a fresh
+    process per command, as before the server."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        import tempfile
+
+        self.directory = Path(tempfile.mkdtemp(prefix="cjb-", dir="/tmp"))
+        self.env = dict(env, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(self.directory))
+
+    def __enter__(self) -> CommandServer:
+        """Start it (the command that does runs alone) and wait until it listens."""
+        subprocess.run([*clusterjob_command(), "status", "--help"], env=self.env,
+                       capture_output=True, check=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not list(self.directory.glob("server-????????")):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no command server started in {self.directory}")
+            time.sleep(0.05)
+        return self
+
+    def served(self, command: str, expected: int) -> int:
+        """How many ``command`` runs the server ran to an exit status of 0 (waiting a moment
+        for ``expected``: it logs a command once it has reaped its worker)."""
+        deadline = time.monotonic() + 2
+        while True:
+            logs = "".join(p.read_text() for p in self.directory.glob("server-*.log"))
+            count = logs.count(f": {command}, exit 0\n")
+            if count >= expected or time.monotonic() > deadline:
+                return count
+            time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)  # its socket gone, the server ends
+
+
+def time_round(
+    order: Sequence[tuple[str, Sequence[str], Mapping[str, str]]], times: dict[str, list[float]]
+) -> None:
+    """Run each ``(label, command, environment)`` once, in this order, adding its wall seconds
+    to ``times[label]``; output captured, a non-zero exit raised with its stderr."""
+    for label, cmd, env in order:
+        start = time.perf_counter()
+        done = subprocess.run(list(cmd), env=dict(env), capture_output=True, text=True, check=False)
+        times[label].append(time.perf_counter() - start)
+        if done.returncode != 0:
+            raise RuntimeError(f"{label} failed ({done.returncode}): {done.stderr}")

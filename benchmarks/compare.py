@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         for label in args.revisions:
             rev = label
             env = dict(os.environ, PYTHONPATH=str(export(rev, work / label)))
+            env["CLUSTERJOB_SERVER"] = "0"  # each revision in a process of its own per run
             env["CLUSTERJOB_DATA_DIR"] = str(work / "data")
             env["XDG_CACHE_HOME"] = str(work / "xdg-cache")  # template, site caches
             cj = [PYTHON, "-P", "-m", "clusterjob"]  # -P: not the checkout in the cwd

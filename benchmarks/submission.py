@@ -18,14 +18,17 @@ from pathlib import Path
 from benchmarks.common import (
     REFERENCE,
     REFERENCE_NAME,
+    CommandServer,
     Result,
     clusterjob_command,
     median,
+    time_round,
 )
 from benchmarks.slurm_load import count_calls, wrap_clients
 from clusterjob.sandbox.cluster import resolve_state_dir
 from clusterjob.sandbox.config import Layout
 
+SERVED = "clusterjob submit, per job (served)"
 TARGET_RATIO = 5.0  # a one-job submit (or a sweep, one array job) / a bare sbatch of its script
 SWEEP_TASKS = 200
 DATA = "CLUSTERJOB_DATA_DIR"
@@ -61,18 +64,20 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
     plain_script.write_text(rendered)
     plain = ["sbatch", "--parsable", f"--chdir={work}", str(plain_script)]
 
-    times: dict[str, list[float]] = {"clusterjob submit": [], "sbatch": [], REFERENCE_NAME: []}
+    times: dict[str, list[float]] = {
+        "clusterjob submit": [], SERVED: [], "sbatch": [], REFERENCE_NAME: []
+    }  # fmt: skip
     try:
-        for i in range(n):
-            order = [("clusterjob submit", cj), ("sbatch", plain), (REFERENCE_NAME, REFERENCE)]
-            if i % 2:
-                order.reverse()
-            for label, cmd in order:
-                start = time.perf_counter()
-                done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-                times[label].append(time.perf_counter() - start)
-                if done.returncode != 0:
-                    raise RuntimeError(f"{label} failed ({done.returncode}): {done.stderr}")
+        with CommandServer(env) as server:
+            for i in range(n):
+                order = [
+                    ("clusterjob submit", cj, env),
+                    (SERVED, cj, server.env),
+                    ("sbatch", plain, env),
+                    (REFERENCE_NAME, REFERENCE, env),
+                ]
+                time_round(order if i % 2 else order[::-1], times)
+            served = server.served("submit", n)
         for _ in range(3):  # apart from the timed runs: the wrappers cost a shell each
             subprocess.run(cj, env=counted, capture_output=True, check=True)
     finally:
@@ -80,12 +85,20 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
     cj_median, sb_median = median(times["clusterjob submit"]), median(times["sbatch"])
     result.add("plain sbatch, per job", sb_median * 1000, "ms", note=f"median of {n}")
     result.compared(
-        "clusterjob submit, per job",
-        cj_median,
+        SERVED,
+        median(times[SERVED]),
         "plain sbatch, per job",
         sb_median,
         TARGET_RATIO,
-        note=f"median of {n}, interleaved with sbatch",
+        note=f"median of {n}, interleaved with sbatch; {served} of them run by the server "
+        "(a shell loop's every submit but its first)",
+    )
+    result.compared(
+        "clusterjob submit, per job, each in a process of its own",
+        cj_median,
+        "plain sbatch, per job",
+        sb_median,
+        note=f"median of {n}, interleaved; CLUSTERJOB_SERVER=0, or a loop's first submit",
     )
     floor = median(times[REFERENCE_NAME])
     result.add(
@@ -112,14 +125,18 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
         ratio=cj_median / floor,
         reference=REFERENCE_NAME,
     )
-    total_cj, total_sb = sum(times["clusterjob submit"]), sum(times["sbatch"])
-    result.add(
-        f"{n} jobs, total wall time through clusterjob",
-        total_cj,
-        "s",
-        ratio=total_cj / total_sb,
-        reference=f"{n} jobs through plain sbatch ({total_sb:.1f} s)",
-    )
+    total_sb = sum(times["sbatch"])
+    for label, total in (
+        ("through clusterjob, served", sum(times[SERVED])),
+        ("through clusterjob, each in a process of its own", sum(times["clusterjob submit"])),
+    ):
+        result.add(
+            f"{n} jobs, total wall time {label}",
+            total,
+            "s",
+            ratio=total / total_sb,
+            reference=f"{n} jobs through plain sbatch ({total_sb:.1f} s)",
+        )
     calls = count_calls(log)
     result.add(
         "Slurm client calls per clusterjob submit",
@@ -160,31 +177,39 @@ def sweep(
     script.write_text(rendered)  # `#SBATCH --array=0-N` and a case on SLURM_ARRAY_TASK_ID
     array = ["sbatch", "--parsable", f"--chdir={work}", str(script)]
     one = [*cj[:-3], "--job-name", name, cj[-1]]
-    times: dict[str, list[float]] = {"sweep": [], "array": [], "one": [], "dry": [], "pass": []}
+    times: dict[str, list[float]] = {
+        "sweep": [], "served": [], "array": [], "one": [], "dry": [], "pass": []
+    }  # fmt: skip
     try:
-        for i in range(rounds):
-            order = [
-                ("sweep", swept),
-                ("array", array),
-                ("one", one),
-                ("dry", [*swept, "--dry-run"]),
-                ("pass", list(REFERENCE)),
-            ]
-            for label, cmd in order if i % 2 else reversed(order):
-                start = time.perf_counter()
-                done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-                times[label].append(time.perf_counter() - start)
-                if done.returncode != 0:
-                    raise RuntimeError(f"{label} failed ({done.returncode}): {done.stderr}")
+        with CommandServer(env) as server:
+            for i in range(rounds):
+                order = [
+                    ("sweep", swept, env),
+                    ("served", swept, server.env),
+                    ("array", array, env),
+                    ("one", one, env),
+                    ("dry", [*swept, "--dry-run"], env),
+                    ("pass", list(REFERENCE), env),
+                ]
+                time_round(order if i % 2 else order[::-1], times)
+            served = server.served("submit", rounds)
         ours, theirs = median(times["sweep"]), median(times["array"])
         note = f"median of {rounds}"
         result.add("plain sbatch of the array script", theirs * 1000, "ms", note=note)
+        warm = median(times["served"])
         result.compared(
-            f"clusterjob submit --sweep, {tasks} tasks (one array job)",
-            ours,
+            f"clusterjob submit --sweep, {tasks} tasks (one array job, served)",
+            warm,
             "plain sbatch of the array script",
             theirs,
             TARGET_RATIO,
+            note=f"{note}, interleaved; {served} of them run by the server",
+        )
+        result.compared(
+            f"clusterjob submit --sweep, {tasks} tasks (one array job, its own process)",
+            ours,
+            "plain sbatch of the array script",
+            theirs,
             note=f"{note}, interleaved; {ours / tasks * 1000:.2f} ms per task",
         )
         single, dry = median(times["one"]), median(times["dry"])

@@ -3,6 +3,9 @@
 In the C locale (the parsers read the clients' English words and dates) and in a process
 group of its own, so that a timeout, or Ctrl-C, ends everything it started (a wrapper
 script's children too), not only the direct child while the rest holds our pipes open.
+
+And a child started early for an answer wanted later (``answer_later``: git's commit, the
+interpreter a shim runs), so that it runs while the command does other work.
 """
 
 from __future__ import annotations
@@ -11,7 +14,14 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 
 def run_in_group(cmd: Sequence[str], timeout: float, input: str | None) -> tuple[int, str, str]:
@@ -59,3 +69,26 @@ def reap(proc: subprocess.Popen[str]) -> None:
         proc.kill()
     if proc.stdout is not None and not proc.stdout.closed:
         proc.communicate()  # waits, and closes the pipe
+
+
+def answer_later(
+    proc: subprocess.Popen[str], timeout: float, read: Callable[[str, int | None], T]
+) -> Callable[[], T]:
+    """``proc``'s answer, to be asked for later: ``read`` of its stdout and exit status,
+    waited for at the first call (at most ``timeout`` seconds; then it is killed and read as
+    no output) and the same at every later call. A child whose answer is never asked for is
+    reaped when the answer is dropped: no stray process."""
+    said: list[T] = []
+
+    def answer() -> T:
+        if not said:
+            try:
+                out, _ = proc.communicate(timeout=timeout)
+            except subprocess.SubprocessError:
+                reap(proc)
+                out = ""
+            said.append(read(out, proc.returncode))
+        return said[0]
+
+    weakref.finalize(answer, reap, proc)
+    return answer

@@ -89,10 +89,16 @@ def run(
     )  # fmt: skip
 
 
-def start(env: dict[str, str], directory: Path, cwd: Path) -> None:
+def start(
+    env: dict[str, str], directory: Path, cwd: Path, command: list[str] | None = None
+) -> None:
     """Start the server ``env``'s commands go to (a command that starts it runs in its own
-    process) and wait until it listens."""
-    run(["status", "--help"], env, cwd)  # Typer's help: no Slurm, no registry
+    process) and wait until it listens. ``command`` is how those commands run clusterjob:
+    the entry point, or ``python -m clusterjob`` (its ``sys.path`` differs: another server)."""
+    subprocess.run(  # Typer's help: no Slurm, no registry
+        [*(command or clusterjob_command()), "status", "--help"],
+        env=env, cwd=cwd, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
     wait_for_server(directory)
     assert server.PRELOAD  # the module the tests are about is the one imported here
 

@@ -199,6 +199,7 @@ def test_no_loaded_module_of_clusterjob_reads_the_environment_or_cwd_while_loadi
 def test_the_fast_commands_are_the_served_ones() -> None:
     assert set(client.SERVED) == set(fastpath.FAST_COMMANDS)
     assert client.SERVER_ENV == envvars.SERVER
+    assert client.HOST_ENV == envvars.HOST
     assert RUNTIME_DIR_ENV == envvars.RUNTIME_DIR
 
 
@@ -319,11 +320,11 @@ def test_another_user_gets_no_answer(workdir: Path, base_env: dict[str, str]) ->
             import socket, sys
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect({str(sock)!r})
-            s.sendall(b"\\x10\\x00\\x00\\x00" + b"x" * 16)
             s.settimeout(10)
             try:
+                s.sendall(b"\\x10\\x00\\x00\\x00" + b"x" * 16)
                 print(repr(s.recv(5)))
-            except ConnectionResetError:  # closed with our request unread
+            except (BrokenPipeError, ConnectionResetError):  # closed, before or after it
                 print(repr(b""))
             """
         )
@@ -373,3 +374,39 @@ def test_what_the_server_watches_is_its_code_not_the_standard_library() -> None:
     assert not any(
         f.startswith(os.path.dirname(os.__file__) + "/") and "-packages" not in f for f in files
     )  # noqa: E501
+
+
+def test_a_pipe_the_first_command_inherited_is_not_held_open_by_its_server(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    """A build tool that waits for its pipe's end would wait for the server's (two minutes
+    idle, or forever for a busy one): the server closes what it inherited by accident."""
+    import select
+
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        read_end, write_end = os.pipe()
+        try:
+            subprocess.run(
+                [*_cli(), "status", "--help"], env=env, cwd=workdir, pass_fds=(write_end,),
+                capture_output=True, timeout=60, check=True,
+            )  # fmt: skip
+            os.close(write_end)
+            wait_for_server(rt)
+            ready, _, _ = select.select([read_end], [], [], 5)
+            assert ready and os.read(read_end, 1) == b"", "the server holds the pipe open"
+        finally:
+            os.close(read_end)
+
+
+def test_a_command_for_a_remote_cluster_runs_in_its_own_process(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    """ssh asks for a passphrase or a new host key on the controlling terminal, which a
+    worker does not have: such a command is never handed over."""
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        start(env, rt, workdir)
+        run(["status"], dict(env, CLUSTERJOB_HOST="login.example.org"), workdir)
+        run(["status", "--help"], env, workdir)
+        assert served(rt, 1) == ["status, exit 0"]  # the second alone

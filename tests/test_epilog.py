@@ -134,16 +134,20 @@ def test_kernel_log_xid_for_the_jobs_bus_drains(node: EpilogNode) -> None:
 
 def test_kernel_lines_before_the_job_started_are_not_its_fault(node: EpilogNode) -> None:
     node.setup(mixed())
+    # The line at a quarter of the machine's uptime, the job's start at half of it: before
+    # the job on any machine, however recently it booted (a kernel line an hour before now,
+    # as this test had it, is before the boot on a machine up for less than an hour).
     uptime = float(Path("/proc/uptime").read_text().split()[0])
     node.kernel.write_text(
-        f"[{uptime - 3600:.6f}] NVRM: Xid (PCI:0000:4c:00): 79, GPU has fallen off the bus.\n"
+        f"[{uptime / 4:.6f}] NVRM: Xid (PCI:0000:4c:00): 79, GPU has fallen off the bus.\n"
     )
-    started = {"SLURM_JOB_START_TIME": str(int(time.time() - 60))}
+    begun = time.time() - uptime / 2
+    started = {"SLURM_JOB_START_TIME": str(int(begun))}
     assert node.epilog(env=started).returncode == 0
     assert node.epilog().returncode == 1  # without a start time every line counts
     # without SLURM_JOB_START_TIME (22.05's Epilog): the Prolog's record of the job says when
     node.log.parent.mkdir(mode=0o755, exist_ok=True)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - 60))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(begun))
     other = {"job_id": "99", "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(0))}
     node.log.write_text(
         json.dumps(other) + "\n" + json.dumps({"job_id": "1234", "time": stamp}) + "\n"

@@ -11,6 +11,9 @@ The server forks a worker that takes them all on and runs the command as this pr
 have; its exit status comes back here and becomes this process's. Ctrl-C and the other
 termination signals are passed on to the worker.
 
+A command for a remote cluster (``$CLUSTERJOB_HOST``; ``--host`` comes before the command
+word, so such a command line is not one of these) always runs here: ssh may ask for a
+passphrase or a host key on the controlling terminal, which a worker does not have.
 Where no server answers, or this one cannot stand in for this process (another interpreter,
 ``sys.path``, interpreter flags or locale, which the socket's name is made from; a resource
 limit or priority the worker cannot take on), ``run_served`` returns None and the command
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 SERVER_ENV = "CLUSTERJOB_SERVER"  # envvars.SERVER; envvars imports dataclasses
+HOST_ENV = "CLUSTERJOB_HOST"  # envvars.HOST: a remote cluster's commands run in their own
+# process (ssh asks for a passphrase or a host key on /dev/tty, the controlling terminal)
 SERVED = ("submit", "status")  # the commands the server runs (fastpath.FAST_COMMANDS)
 PROTOCOL = 1  # bump when a request or an answer changes shape
 IDLE_SECONDS = 120  # a server ends after this long without a command
@@ -86,8 +91,8 @@ def run_served(args: list[str]) -> int | None:
 
         err(f"error: {SERVER_ENV} must be 0 or 1, not {os.environ[SERVER_ENV]!r}")
         return int(ExitCode.USAGE)
-    if not enabled:
-        return None
+    if not enabled or os.environ.get(HOST_ENV):
+        return None  # off; or ssh may ask on the terminal, which a worker does not control
     from clusterjob.runtime_dir import private_runtime_dir
 
     directory, problem = private_runtime_dir()

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': 'af75d0091a2438d82c9fa84d59896cf4e1c36db6f8ea86ce884c375cca4181f8',
+    'declared': '9f662f447555f501d7eef2f662515838aacd53b8bf315f7a7ffca9d319df0e40',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

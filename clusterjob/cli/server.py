@@ -133,6 +133,7 @@ def boot(path: str, print_: tuple[object, ...], main: Callable[[list[str]], int]
     """A server's life, started by ``client.start_server``: take the socket's lock (or end,
     where another server holds it), load, listen, serve, end. ``main`` is the command line's
     entry point (``clusterjob.__main__.main``), which each worker runs."""
+    _close_inherited()
     if client.fingerprint(int(str(print_[-1]))) != print_:
         return  # this interpreter did not start as the client's did: it could not stand in
     os.umask(0o077)
@@ -164,6 +165,18 @@ def boot(path: str, print_: tuple[object, ...], main: Callable[[list[str]], int]
             os.unlink(path)
         listener.close()
         os._exit(0)  # no teardown of the loaded modules: it buys nothing here
+
+
+def _close_inherited() -> None:
+    """Close what the first client passed on without meaning to (its parent's descriptors
+    left open across exec: a build tool's pipe, a shell's ``3>file``): held for the server's
+    life, a pipe would never see its end. The interpreter's own are not inheritable."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):
+                if os.get_inheritable(fd):
+                    os.close(fd)
 
 
 def preload() -> dict[str, Stamp]:
@@ -229,16 +242,34 @@ class Server:
         self.print_ = print_
         self.watched = watched
         self.workers: dict[int, tuple[socket.socket, str]] = {}  # pid: (client, command)
+        self.wakeup = -1  # the wakeup pipe's end that SIGCHLD writes to, while serving
         self.log = log
         self.main = main
 
     def serve(self, path: str, inode: int) -> str:
-        """Serve until a reason to end; that reason."""
+        """Serve until a reason to end; that reason. A worker's end wakes the loop at once
+        (SIGCHLD, through a wakeup pipe), so its client hears how it ended without delay."""
+        ended, self.wakeup = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        previous_fd = signal.set_wakeup_fd(self.wakeup)
+        previous = signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        try:
+            return self._loop(path, inode, ended)
+        finally:
+            signal.signal(signal.SIGCHLD, previous)
+            signal.set_wakeup_fd(previous_fd)
+            os.close(ended)
+            os.close(self.wakeup)
+
+    def _loop(self, path: str, inode: int, ended: int) -> str:
         last = time.monotonic()
+        listening = self.listener.fileno()
         while True:
-            ready, _, _ = select.select([self.listener], [], [], TICK)
+            ready, _, _ = select.select([listening, ended], [], [], TICK)
+            if ended in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(ended, 512)
             self.reap()
-            if ready:
+            if listening in ready:
                 conn, _ = self.listener.accept()
                 last = time.monotonic()
                 if not self.take(conn):
@@ -275,6 +306,8 @@ class Server:
             conn.settimeout(None)
             self.listener.close()
             os.close(self.lock)
+            signal.set_wakeup_fd(-1)
+            os.close(self.wakeup)
             for other, _ in self.workers.values():
                 other.close()
             self.log.close()

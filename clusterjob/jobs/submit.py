@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -35,7 +34,7 @@ from clusterjob.jobs.private_files import data_dir, ensure_private_dir, write_pr
 from clusterjob.jobs.registry import JobRecord, Registry
 from clusterjob.jobs.status import cache_for, settle_pending
 from clusterjob.jobscript.backends import backend_for, backend_named, check_submits
-from clusterjob.process import reap
+from clusterjob.process import answer_later
 from clusterjob.slurm.commands import COMMENT_PREFIX, SlurmClient, token_in_script
 from clusterjob.slurm.parse import StartEstimate, SubmittedJobId, is_final
 from clusterjob.slurm.syntax import split_array_id
@@ -118,20 +117,9 @@ def start_git_commit(workdir: Path) -> Callable[[], str | None]:
         )  # fmt: skip
     except OSError:
         return lambda: None
-    said: list[str | None] = []  # the answer, once read
-
-    def answer() -> str | None:
-        if not said:
-            try:
-                out, _ = proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                reap(proc)
-                out = ""
-            said.append(commit_of_status(out) if proc.returncode == 0 else None)
-        return said[0]
-
-    weakref.finalize(answer, reap, proc)  # a submission that failed first: no stray git
-    return answer
+    return answer_later(
+        proc, 5, lambda out, code: commit_of_status(out) if code == 0 else None
+    )  # a submission that failed first: no stray git
 
 
 def commit_of_status(porcelain: str) -> str | None:

@@ -16,9 +16,8 @@ import os
 import re
 import shutil
 import subprocess
-import weakref
 
-from clusterjob.process import reap
+from clusterjob.process import answer_later
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:
@@ -87,21 +86,11 @@ def _start_real_executable(found: str, environ: Mapping[str, str]) -> Callable[[
     except (OSError, subprocess.SubprocessError):
         return lambda: found
 
-    said: list[str] = []  # the answer, once read (a second call asks no process)
+    def said(out: str, code: int | None) -> str:
+        text = out.strip()
+        return text if code == 0 and os.path.isabs(text) else found
 
-    def answer() -> str:
-        if not said:
-            try:
-                out, _ = proc.communicate(timeout=20)
-            except subprocess.SubprocessError:
-                reap(proc)
-                out = ""
-            text = out.strip()
-            said.append(text if proc.returncode == 0 and os.path.isabs(text) else found)
-        return said[0]
-
-    weakref.finalize(answer, reap, proc)  # a submit that failed before asking: no stray child
-    return answer
+    return answer_later(proc, 20, said)  # a submit that failed before asking: no stray child
 
 
 # pyenv (https://github.com/pyenv/pyenv): its shim runs `pyenv exec`, a bash program of ~20

@@ -1,0 +1,143 @@
+"""End to end on the real local Slurm cluster: a command handed to the command server does
+what the same command does in its own process. The job a served submit makes sees the
+client's environment, directory, umask and limits; Ctrl-C ends a served `status --watch` as
+it ends one run alone; a terminal stays a terminal. (The shapes of command lines, the
+server's loading, staleness and security: tests/test_command_server.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from server_helpers import normalized, runtime_dir, served, start
+
+from clusterjob.sandbox import cluster
+
+from .conftest import Cli, Sandbox
+from .test_end_to_end import finished, submit, wait_status
+
+pytestmark = pytest.mark.slurm
+
+PROBE = """\
+#!/bin/bash
+# what a job inherited from the command that submitted it
+{ echo "FOO=$FOO"; pwd; umask; ulimit -Sn; } > "facts-$1.txt"
+"""
+CLI = [sys.executable, "-m", "clusterjob"]
+NOFILE = 777  # a soft limit of open files no default has
+
+
+def _limited() -> None:
+    """The submitting shell's state: a umask and a soft limit of its own."""
+    os.umask(0o027)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, hard))
+
+
+def _env(sandbox: Sandbox, tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, **cluster.client_env(sandbox.state_dir))
+    env["CLUSTERJOB_DATA_DIR"] = str(tmp_path / "data")
+    env["CLUSTERJOB_STATUS_CACHE_SECONDS"] = "0"
+    env["FOO"] = "seen by the job"
+    return {**env, **extra}
+
+
+def test_the_job_of_a_served_submit_has_what_its_client_had(
+    cj: Cli, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    (tmp_path / "probe.sh").write_text(PROBE)
+    with runtime_dir() as rt:
+        served_env = _env(sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt))
+        start(served_env, rt, tmp_path, CLI)
+        jobs = {}
+        for label, env in (("alone", _env(sandbox, tmp_path)), ("served", served_env)):
+            done = subprocess.run(
+                [sys.executable, "-m", "clusterjob", "submit", "--site", str(sandbox.site_path),
+                 "--gpus", "1", "--model", "A100", "--", "bash", "probe.sh", label],
+                env=env, cwd=tmp_path, preexec_fn=_limited, capture_output=True, text=True,
+                timeout=120, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            jobs[label] = re.search(r"Submitted job (\d+)", done.stdout).group(1)  # type: ignore[union-attr]
+        assert served(rt, 1) == ["submit, exit 0"]
+    for job in jobs.values():
+        row = wait_status(cj, job, finished)
+        assert row["state"] == "COMPLETED", row
+    alone = (tmp_path / "facts-alone.txt").read_text().splitlines()
+    assert alone == ["FOO=seen by the job", str(tmp_path), "0027", str(NOFILE)]
+    assert (tmp_path / "facts-served.txt").read_text().splitlines() == alone
+
+
+def test_ctrl_c_ends_a_served_status_watch_as_it_ends_one_alone(
+    cj: Cli, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    job = submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "sleep", "30")
+    try:
+        with runtime_dir() as rt:
+            served_env = _env(
+                sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt)
+            )
+            start(served_env, rt, tmp_path, CLI)
+            ends = []
+            for env in (_env(sandbox, tmp_path), served_env):
+                watch = subprocess.Popen(
+                    [*CLI, "status", "--watch", "--interval", "0.5", job],
+                    env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True,
+                )  # fmt: skip
+                time.sleep(3)
+                assert watch.poll() is None, watch.communicate()
+                watch.send_signal(signal.SIGINT)
+                out, err = watch.communicate(timeout=30)
+                ends.append((watch.returncode, normalized(err)))
+                assert job in out
+            assert ends[1] == ends[0]
+            assert served(rt, 1) == [f"status, exit {ends[0][0]}"]
+    finally:
+        cj("cancel", job)
+
+
+def test_a_served_command_on_a_terminal_prints_what_it_prints_alone(
+    cj: Cli, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "true")
+    with runtime_dir() as rt:
+        served_env = _env(sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt))
+        start(served_env, rt, tmp_path, CLI)
+        seen = []
+        for env in (_env(sandbox, tmp_path, COLUMNS="120"), dict(served_env, COLUMNS="120")):
+            seen.append(
+                _on_a_terminal(
+                    [sys.executable, "-m", "clusterjob", "status", "--all"], env, tmp_path
+                )
+            )
+        assert served(rt, 1) == ["status, exit 0"]
+    assert seen[1] == seen[0]
+    assert seen[0].strip()
+
+
+def _on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> str:
+    main, side = pty.openpty()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=side, stdout=side, stderr=side)
+    os.close(side)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the terminal's last writer has gone
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(main)
+    return normalized(b"".join(chunks).decode())
