@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,11 +81,19 @@ def test_slurm_benchmarks_produce_figures(tmp_path: Path, monkeypatch: pytest.Mo
         pytest.skip("no Slurm sandbox here")
     results = _run(tmp_path, "slurm_load", "submission", "status_scale")
     scale = {r["unit"]: r for r in results["status_scale"]["rows"]}
+    scale_rows = {r["figure"]: r for r in results["status_scale"]["rows"]}
     assert scale["calls"]["value"] >= 1 and scale["ms"]["value"] > 0
     counts = [r for r in results["slurm_load"]["rows"] if r["unit"] == "calls"]
     assert len(counts) == 3 and all(r["value"] == int(r["value"]) >= 0 for r in counts)
     submission = {r["figure"]: r for r in results["submission"]["rows"]}
-    assert submission["clusterjob submit, per job"]["ratio"] > 0
+    assert submission["clusterjob submit, per job, each in a process of its own"]["ratio"] > 0
+    served = submission["clusterjob submit, per job (served)"]
+    counted = re.search(r"median of (\d+),.*; (\d+) of them run by", served["note"])
+    assert counted, served["note"]
+    runs, served_runs = counted.groups()
+    assert served["ratio"] > 0 and served_runs == runs  # every one went to the server
+    status_served = next(r for f, r in scale_rows.items() if f.endswith(", served"))
+    assert "of them run by the command server" in status_served["note"]
     assert submission["Slurm client calls per clusterjob submit"]["value"] >= 1
 
 
