@@ -399,6 +399,16 @@ def test_a_pipe_the_first_command_inherited_is_not_held_open_by_its_server(
             os.close(read_end)
 
 
+@pytest.mark.parametrize("variable", ["SLURM_JOB_ID", "SGE_TASK_ID"])
+def test_a_command_in_a_batch_job_runs_in_its_own_process_and_starts_no_server(
+    workdir: Path, base_env: dict[str, str], variable: str
+) -> None:
+    with runtime_dir() as rt:
+        run(["status", "--help"], dict(served_env(base_env, rt), **{variable: "7"}), workdir)
+        time.sleep(1.0)
+        assert not list(rt.iterdir())
+
+
 def test_a_command_for_a_remote_cluster_runs_in_its_own_process(
     workdir: Path, base_env: dict[str, str]
 ) -> None:

@@ -9,11 +9,12 @@ directory, the umask, the resource limits, the scheduling priority and its stdin
 stderr themselves (as file descriptors, so a terminal stays a terminal and a pipe a pipe).
 The server forks a worker that takes them all on and runs the command as this process would
 have; its exit status comes back here and becomes this process's. Ctrl-C and the other
-termination signals are passed on to the worker.
+termination signals are passed on to the worker, and Ctrl-Z stops it with this process.
 
 A command for a remote cluster (``$CLUSTERJOB_HOST``; ``--host`` comes before the command
 word, so such a command line is not one of these) always runs here: ssh may ask for a
-passphrase or a host key on the controlling terminal, which a worker does not have.
+passphrase or a host key on the controlling terminal, which a worker does not have. So does
+a command run inside a batch job: a server it started would outlive the job on its node.
 Where no server answers, or this one cannot stand in for this process (another interpreter,
 ``sys.path``, interpreter flags or locale, which the socket's name is made from; a resource
 limit or priority the worker cannot take on), ``run_served`` returns None and the command
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 SERVER_ENV = "CLUSTERJOB_SERVER"  # envvars.SERVER; envvars imports dataclasses
 HOST_ENV = "CLUSTERJOB_HOST"  # envvars.HOST: a remote cluster's commands run in their own
 # process (ssh asks for a passphrase or a host key on /dev/tty, the controlling terminal)
+# Set in a batch job by Slurm and by Grid Engine (for every job, arrays or not): a command
+# run in a job runs there, and starts no server to linger on the node after the job.
+IN_A_JOB = ("SLURM_JOB_ID", "SGE_TASK_ID")
 SERVED = ("submit", "status")  # the commands the server runs (fastpath.FAST_COMMANDS)
 PROTOCOL = 1  # bump when a request or an answer changes shape
 IDLE_SECONDS = 120  # a server ends after this long without a command
@@ -93,6 +97,8 @@ def run_served(args: list[str]) -> int | None:
         return int(ExitCode.USAGE)
     if not enabled or os.environ.get(HOST_ENV):
         return None  # off; or ssh may ask on the terminal, which a worker does not control
+    if any(name in os.environ for name in IN_A_JOB):
+        return None  # a server started in a job would outlive the job's own processes
     from clusterjob.runtime_dir import private_runtime_dir
 
     directory, problem = private_runtime_dir()
@@ -202,8 +208,18 @@ def _follow(sock: object, worker: int) -> int:
         except OSError:
             pass  # it has ended: its status is on its way
 
-    for name in FORWARDED_SIGNALS:
-        _signal.signal(getattr(_signal, name), forward)
+    def stop(signum: int, frame: object) -> None:
+        """Ctrl-Z: the worker stops with this process, and goes on when it does."""
+        forward(_signal.SIGSTOP, frame)
+        _signal.signal(_signal.SIGTSTP, _signal.SIG_DFL)
+        os.kill(os.getpid(), _signal.SIGTSTP)  # stopped here until continued
+        _signal.signal(_signal.SIGTSTP, stop)
+        forward(_signal.SIGCONT, frame)
+
+    for name in (*FORWARDED_SIGNALS, "SIGTSTP"):
+        number = getattr(_signal, name)
+        if _signal.getsignal(number) != _signal.SIG_IGN:  # ignored here: ignored there too
+            _signal.signal(number, stop if name == "SIGTSTP" else forward)
     while True:
         try:
             tag, number = _answer(sock)

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '9f662f447555f501d7eef2f662515838aacd53b8bf315f7a7ffca9d319df0e40',
+    'declared': 'f5297ae8c9647811882a4d703d794083e7940dc0ac42d121f95cf6a56c42e5fe',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_helpers import normalized, runtime_dir, served, start
+from server_helpers import normalized, runtime_dir, served, server_pids, start
 
 from clusterjob.sandbox import cluster
 
@@ -141,3 +141,57 @@ def _on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> str:
     proc.wait(timeout=60)
     os.close(main)
     return normalized(b"".join(chunks).decode())
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1]) == pid:  # noqa: SIM115
+                    found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _until(what: str, check, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_ctrl_z_stops_the_worker_with_its_client_and_fg_goes_on(
+    cj: Cli, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    job = submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "sleep", "30")
+    try:
+        with runtime_dir() as rt:
+            served_env = _env(
+                sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt)
+            )
+            start(served_env, rt, tmp_path, CLI)
+            (server_pid,) = server_pids(rt)
+            watch = subprocess.Popen(
+                [*CLI, "status", "--watch", "--interval", "0.3", job], env=served_env,
+                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            _until("no worker", lambda: _children(server_pid))
+            (worker,) = _children(server_pid)
+            time.sleep(1)
+            watch.send_signal(signal.SIGTSTP)
+            _until("the client did not stop", lambda: _state(watch.pid) == "T")
+            _until("the worker did not stop with it", lambda: _state(worker) == "T")
+            watch.send_signal(signal.SIGCONT)
+            _until("the worker did not go on", lambda: _state(worker) in "RS")
+            watch.send_signal(signal.SIGINT)
+            watch.communicate(timeout=30)
+            assert watch.returncode == 130
+    finally:
+        cj("cancel", job)
