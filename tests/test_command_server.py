@@ -420,3 +420,44 @@ def test_a_command_for_a_remote_cluster_runs_in_its_own_process(
         run(["status"], dict(env, CLUSTERJOB_HOST="login.example.org"), workdir)
         run(["status", "--help"], env, workdir)
         assert served(rt, 1) == ["status, exit 0"]  # the second alone
+
+
+def test_a_killed_client_takes_its_worker_with_it(
+    tmp_path: Path, workdir: Path, base_env: dict[str, str]
+) -> None:
+    """SIGKILL is the one signal a client cannot pass on: its worker must not go on alone
+    (a command killed in its own process does not)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\nexec sleep 21\n")  # an sbatch that hangs
+    (bin_dir / "sbatch").chmod(0o755)
+    env = dict(base_env, PATH=f"{bin_dir}:/usr/bin:/bin")
+    with runtime_dir() as rt:
+        env = served_env(env, rt)
+        start(env, rt, workdir)
+        with subprocess.Popen(
+            [*_cli(), "submit", "train.py", "--gpus", "1", "--model", "A100"],
+            env=env, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ) as submitting:  # fmt: skip
+            try:
+                deadline = time.monotonic() + 30
+                while not _sleeping_sbatch():
+                    assert time.monotonic() < deadline, "sbatch never ran"
+                    time.sleep(0.1)
+                submitting.kill()
+            finally:
+                submitting.kill()
+        assert served(rt, 1) == ["submit, signal 9"]
+
+
+def _sleeping_sbatch() -> bool:
+    """Whether the stand-in sbatch (exec'd into ``sleep 21``) is running."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if fh.read() == b"sleep\x0021\x00":
+                        return True
+            except OSError:
+                continue
+    return False

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': 'f5297ae8c9647811882a4d703d794083e7940dc0ac42d121f95cf6a56c42e5fe',
+    'declared': '1171cc24bff526cb2a84ab43cd7fa449c64ad031af529ea493a37f9c27eb090c',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

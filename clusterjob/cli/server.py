@@ -31,8 +31,9 @@ What keeps a worker honest:
   the server answers only a peer of its own uid, and the client talks only to such a server
   (``SO_PEERCRED`` both ways).
 
-A server ends after ``client.IDLE_SECONDS`` without a command, when its socket is removed or
-replaced, and when its code changed.
+A worker whose client goes away before it ends (the client was killed: SIGKILL is the one
+signal a client cannot pass on) is killed too. A server ends after ``client.IDLE_SECONDS``
+without a command, when its socket is removed or replaced, and when its code changed.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ REQUEST_MAX = 16 << 20  # an environment of megabytes is possible; more is not a
 REQUEST_TIMEOUT = 10.0  # seconds a client has to send its request once connected
 LOG_MAX = 1 << 20  # a server's log (a line a command) starts again past this size
 REFUSED_EXIT = 125  # a worker that could not take on its client's state; the client runs it
+ORPHAN_GRACE = 1.0  # seconds a worker whose client went away has to end by itself
 TICK = 0.5  # seconds between the server's looks at its workers, its socket and the clock
 Stamp = tuple[int, int, int]  # a watched file's inode, size and mtime in nanoseconds
 
@@ -243,6 +245,7 @@ class Server:
         self.watched = watched
         self.workers: dict[int, tuple[socket.socket, str]] = {}  # pid: (client, command)
         self.wakeup = -1  # the wakeup pipe's end that SIGCHLD writes to, while serving
+        self.orphans: dict[int, float] = {}  # worker: when its client went away
         self.log = log
         self.main = main
 
@@ -264,11 +267,20 @@ class Server:
         last = time.monotonic()
         listening = self.listener.fileno()
         while True:
-            ready, _, _ = select.select([listening, ended], [], [], TICK)
+            clients = {
+                conn.fileno(): pid
+                for pid, (conn, _) in self.workers.items()
+                if pid not in self.orphans
+            }
+            ready, _, _ = select.select([listening, ended, *clients], [], [], TICK)
             if ended in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(ended, 512)
             self.reap()
+            for fd in ready:
+                if fd in clients and clients[fd] in self.workers:
+                    self.client_gone(clients[fd])
+            self.end_orphans()
             if listening in ready:
                 conn, _ = self.listener.accept()
                 last = time.monotonic()
@@ -315,6 +327,32 @@ class Server:
         _close(fds)
         self.workers[pid] = (conn, str(list(request["args"])[0]))  # type: ignore[call-overload]
         return True
+
+    def client_gone(self, pid: int) -> None:
+        """Note a worker whose client closed its connection: the client has its answer and
+        the worker is ending, or the client was killed (SIGKILL, the one signal it cannot
+        pass on) and ``end_orphans`` ends the worker the same way."""
+        conn, _ = self.workers[pid]
+        try:
+            data = conn.recv(4096, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.orphans[pid] = time.monotonic()
+
+    def end_orphans(self) -> None:
+        """SIGKILL for a worker whose client went away ``ORPHAN_GRACE`` seconds ago and that
+        has not ended since, as the command would have ended with its own process."""
+        now = time.monotonic()
+        for pid, since in list(self.orphans.items()):
+            if pid not in self.workers:
+                del self.orphans[pid]
+            elif now - since > ORPHAN_GRACE:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                del self.orphans[pid]
 
     def reap(self) -> None:
         """Tell each ended worker's client how it ended (a worker that ended normally told it

@@ -36,6 +36,14 @@ CLI = [sys.executable, "-m", "clusterjob"]
 NOFILE = 777  # a soft limit of open files no default has
 
 
+def _as_at_a_terminal() -> None:
+    """Ctrl-C and Ctrl-Z as a shell at a terminal leaves them: a test run in the background of
+    a non-interactive shell (CI's) inherits SIGINT and SIGQUIT ignored, and so would the
+    command, which would then rightly not end on Ctrl-C, served or not."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _limited() -> None:
     """The submitting shell's state: a umask and a soft limit of its own."""
     os.umask(0o027)
@@ -89,15 +97,18 @@ def test_ctrl_c_ends_a_served_status_watch_as_it_ends_one_alone(
             start(served_env, rt, tmp_path, CLI)
             ends = []
             for env in (_env(sandbox, tmp_path), served_env):
-                watch = subprocess.Popen(
+                with subprocess.Popen(
                     [*CLI, "status", "--watch", "--interval", "0.5", job],
                     env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True,
-                )  # fmt: skip
-                time.sleep(3)
-                assert watch.poll() is None, watch.communicate()
-                watch.send_signal(signal.SIGINT)
-                out, err = watch.communicate(timeout=30)
+                    text=True, preexec_fn=_as_at_a_terminal,
+                ) as watch:  # fmt: skip
+                    try:
+                        time.sleep(3)
+                        assert watch.poll() is None, watch.communicate()
+                        watch.send_signal(signal.SIGINT)
+                        out, err = watch.communicate(timeout=30)
+                    finally:
+                        watch.kill()  # ended already, unless this test failed
                 ends.append((watch.returncode, normalized(err)))
                 assert job in out
             assert ends[1] == ends[0]
@@ -109,7 +120,8 @@ def test_ctrl_c_ends_a_served_status_watch_as_it_ends_one_alone(
 def test_a_served_command_on_a_terminal_prints_what_it_prints_alone(
     cj: Cli, sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "true")
+    job = submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "true")
+    wait_status(cj, job, finished)  # a job whose state cannot change between the two runs
     with runtime_dir() as rt:
         served_env = _env(sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt))
         start(served_env, rt, tmp_path, CLI)
@@ -153,10 +165,12 @@ def _children(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1]) == pid:  # noqa: SIM115
-                    found.append(int(entry))
+                with open(f"/proc/{entry}/stat", encoding="ascii") as fh:
+                    parent = int(fh.read().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
+            if parent == pid:
+                found.append(int(entry))
     return found
 
 
@@ -178,20 +192,24 @@ def test_ctrl_z_stops_the_worker_with_its_client_and_fg_goes_on(
             )
             start(served_env, rt, tmp_path, CLI)
             (server_pid,) = server_pids(rt)
-            watch = subprocess.Popen(
+            with subprocess.Popen(
                 [*CLI, "status", "--watch", "--interval", "0.3", job], env=served_env,
                 cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            )  # fmt: skip
-            _until("no worker", lambda: _children(server_pid))
-            (worker,) = _children(server_pid)
-            time.sleep(1)
-            watch.send_signal(signal.SIGTSTP)
-            _until("the client did not stop", lambda: _state(watch.pid) == "T")
-            _until("the worker did not stop with it", lambda: _state(worker) == "T")
-            watch.send_signal(signal.SIGCONT)
-            _until("the worker did not go on", lambda: _state(worker) in "RS")
-            watch.send_signal(signal.SIGINT)
-            watch.communicate(timeout=30)
+                preexec_fn=_as_at_a_terminal,
+            ) as watch:  # fmt: skip
+                try:
+                    _until("no worker", lambda: _children(server_pid))
+                    (worker,) = _children(server_pid)
+                    time.sleep(1)
+                    watch.send_signal(signal.SIGTSTP)
+                    _until("the client did not stop", lambda: _state(watch.pid) == "T")
+                    _until("the worker did not stop with it", lambda: _state(worker) == "T")
+                    watch.send_signal(signal.SIGCONT)
+                    _until("the worker did not go on", lambda: _state(worker) in "RS")
+                    watch.send_signal(signal.SIGINT)
+                    watch.communicate(timeout=30)
+                finally:
+                    watch.kill()  # ended already, unless this test failed
             assert watch.returncode == 130
     finally:
         cj("cancel", job)
