@@ -461,3 +461,32 @@ def _sleeping_sbatch() -> bool:
             except OSError:
                 continue
     return False
+
+
+def test_a_stuck_server_gets_the_command_once_and_never_runs_it(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    """A client gives a server ``START_TIMEOUT`` seconds to start its worker, then runs the
+    command itself; the worker that starts late never runs it (it waits for the client's
+    go-ahead): the command runs once, never twice."""
+    import signal
+
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        start(env, rt, workdir)
+        (pid,) = server_pids(rt)
+        os.kill(pid, signal.SIGSTOP)
+        out = workdir / "out.txt"
+        try:  # output to a file: a pipe's end stays open in the request the server holds
+            begun = time.monotonic()
+            with out.open("w") as fh:
+                done = subprocess.run(
+                    [*_cli(), "status", "--help"], env=env, cwd=workdir, stdout=fh,
+                    stderr=subprocess.DEVNULL, timeout=60, check=False,
+                )  # fmt: skip
+            waited = time.monotonic() - begun
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert done.returncode == 0 and out.read_text().count("Usage:") == 1
+        assert waited >= client.START_TIMEOUT
+        assert served(rt, 1) == ["status, refused"]

@@ -47,6 +47,11 @@ IDLE_SECONDS = 120  # a server ends after this long without a command
 # An answer is a tag byte and a signed 32-bit number, little-endian.
 ANSWER_SIZE = 5
 STARTED, EXITED, KILLED, REFUSED = b"P", b"X", b"K", b"R"
+# The client's go-ahead after STARTED. A client that gave up waiting for STARTED (a server
+# stuck for START_TIMEOUT seconds) runs the command itself and never sends it, so the worker
+# that starts late runs nothing: a command runs once, here or there, never both.
+GO = b"G"
+START_TIMEOUT = 5.0
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
@@ -99,7 +104,7 @@ def run_served(args: list[str]) -> int | None:
         return None  # off; or ssh may ask on the terminal, which a worker does not control
     if any(name in os.environ for name in IN_A_JOB):
         return None  # a server started in a job would outlive the job's own processes
-    from clusterjob.runtime_dir import private_runtime_dir
+    from clusterjob.runtime_dir import SOCKET_PATH_MAX, private_runtime_dir
 
     directory, problem = private_runtime_dir()
     if problem:
@@ -110,7 +115,7 @@ def run_served(args: list[str]) -> int | None:
     except OSError:
         return None
     path = socket_path(directory, print_)
-    if len(path) > 100:
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
         return None
     import _socket
 
@@ -178,11 +183,14 @@ def _run(sock: object, args: list[str], print_: tuple[object, ...]) -> int | Non
             sock.sendmsg([head + body], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
         finally:
             os.close(cwd)
+        sock.settimeout(START_TIMEOUT)
         tag, number = _answer(sock)
-    except OSError:  # a closed stdin, a server that just ended: nothing has run yet
+        if tag != STARTED:
+            return None  # REFUSED, or a server that ended before its worker started
+        sock.sendall(GO)  # the worker runs the command only once it has this
+        sock.settimeout(None)
+    except OSError:  # a closed stdin, a server that ended or is stuck: nothing has run
         return None
-    if tag != STARTED:
-        return None  # REFUSED, or a server that ended before its worker started
     return _follow(sock, worker=number)
 
 

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '1171cc24bff526cb2a84ab43cd7fa449c64ad031af529ea493a37f9c27eb090c',
+    'declared': 'd8c4292bb6aea784a8a4654a10205a95371ade2fd721b2888224a92e2065a3d1',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

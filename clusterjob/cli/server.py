@@ -31,6 +31,10 @@ What keeps a worker honest:
   the server answers only a peer of its own uid, and the client talks only to such a server
   (``SO_PEERCRED`` both ways).
 
+A worker runs its command only once its client, told it started, says to go ahead: a
+client that waited ``client.START_TIMEOUT`` seconds in vain runs the command itself, and the
+late worker then runs nothing. (Until a stuck server gets to a request, it holds the
+descriptors that came with it: a pipe from the client's stdout stays open that long.)
 A worker whose client goes away before it ends (the client was killed: SIGKILL is the one
 signal a client cannot pass on) is killed too. A server ends after ``client.IDLE_SECONDS``
 without a command, when its socket is removed or replaced, and when its code changed.
@@ -245,7 +249,8 @@ class Server:
         self.watched = watched
         self.workers: dict[int, tuple[socket.socket, str]] = {}  # pid: (client, command)
         self.wakeup = -1  # the wakeup pipe's end that SIGCHLD writes to, while serving
-        self.orphans: dict[int, float] = {}  # worker: when its client went away
+        self.orphans: dict[int, float] = {}  # worker: when its client went away (its
+        # command answered and the worker ending, or the client killed: ``end_orphans``)
         self.log = log
         self.main = main
 
@@ -267,20 +272,11 @@ class Server:
         last = time.monotonic()
         listening = self.listener.fileno()
         while True:
-            clients = {
-                conn.fileno(): pid
-                for pid, (conn, _) in self.workers.items()
-                if pid not in self.orphans
-            }
-            ready, _, _ = select.select([listening, ended, *clients], [], [], TICK)
+            ready = self._wait(listening, ended)
             if ended in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(ended, 512)
             self.reap()
-            for fd in ready:
-                if fd in clients and clients[fd] in self.workers:
-                    self.client_gone(clients[fd])
-            self.end_orphans()
             if listening in ready:
                 conn, _ = self.listener.accept()
                 last = time.monotonic()
@@ -288,8 +284,30 @@ class Server:
                     return "its code changed"  # the next command starts a new server
             elif not self.workers and time.monotonic() - last > client.IDLE_SECONDS:
                 return f"no command for {client.IDLE_SECONDS} s"
+            self.end_orphans()
             if _socket_inode(path) != inode:
                 return "its socket was removed or replaced"
+
+    def _wait(self, listening: int, ended: int) -> set[int]:
+        """Wait at most ``TICK`` for a connection, a worker's end or a client that went away
+        (its end of the connection closed: ``POLLRDHUP``, which is not data, so nothing here
+        reads what a client sends its worker); the descriptors with news."""
+        poll = select.poll()
+        poll.register(listening, select.POLLIN)
+        poll.register(ended, select.POLLIN)
+        clients = {}
+        for pid, (conn, _) in self.workers.items():
+            if pid not in self.orphans:
+                clients[conn.fileno()] = pid
+                poll.register(conn, select.POLLRDHUP)
+        ready = set()
+        for fd, events in poll.poll(TICK * 1000):
+            if fd in clients:
+                if events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR):
+                    self.orphans[clients[fd]] = time.monotonic()
+            else:
+                ready.add(fd)
+        return ready
 
     def stale(self) -> bool:
         return any(_stamp(f) != stamp for f, stamp in self.watched.items())
@@ -327,20 +345,6 @@ class Server:
         _close(fds)
         self.workers[pid] = (conn, str(list(request["args"])[0]))  # type: ignore[call-overload]
         return True
-
-    def client_gone(self, pid: int) -> None:
-        """Note a worker whose client closed its connection: the client has its answer and
-        the worker is ending, or the client was killed (SIGKILL, the one signal it cannot
-        pass on) and ``end_orphans`` ends the worker the same way."""
-        conn, _ = self.workers[pid]
-        try:
-            data = conn.recv(4096, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.orphans[pid] = time.monotonic()
 
     def end_orphans(self) -> None:
         """SIGKILL for a worker whose client went away ``ORPHAN_GRACE`` seconds ago and that
@@ -434,9 +438,23 @@ def work(
         _answer(conn, client.REFUSED, 0)
         os._exit(REFUSED_EXIT)
     _answer(conn, client.STARTED, os.getpid())
+    if not _go_ahead(conn):
+        os._exit(REFUSED_EXIT)  # the client gave up waiting and runs the command itself
     code = run_command(main, list(request["args"]))  # type: ignore[call-overload]
     _answer(conn, client.EXITED, code)
     os._exit(code)
+
+
+def _go_ahead(conn: socket.socket) -> bool:
+    """Whether the client, told the worker started, said to go ahead (``client.GO``)."""
+    conn.settimeout(client.START_TIMEOUT)
+    try:
+        said = conn.recv(1)
+    except OSError:
+        return False
+    finally:
+        conn.settimeout(None)
+    return said == client.GO
 
 
 def _become_client(request: dict[str, object], fds: list[int]) -> str | None:
