@@ -196,6 +196,10 @@ def test_ctrl_z_stops_the_worker_with_its_client_and_fg_goes_on(
                 [*CLI, "status", "--watch", "--interval", "0.3", job], env=served_env,
                 cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                 preexec_fn=_as_at_a_terminal,
+                # a process group of its own whose parent (this test) is in another group of
+                # the same session, as a shell's job is: the kernel discards a stop signal
+                # sent to an orphaned group (CI's, run in the background), served or not
+                process_group=0,
             ) as watch:  # fmt: skip
                 try:
                     _until("no worker", lambda: _children(server_pid))
