@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         from clusterjob.node.usage import sample_usage_main
 
         return sample_usage_main(args[1:])
-    if argv is None and args[:1] in (["submit"], ["status"]):  # client.SERVED
+    if argv is None:  # a process of its own: its command may go to a command server
         from clusterjob.cli.client import run_served
 
         served = run_served(args)  # by a warm clusterjob of this user's, where one listens

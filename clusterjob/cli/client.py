@@ -92,7 +92,10 @@ def socket_path(directory: str, print_: tuple[object, ...]) -> str:
 
 def run_served(args: list[str]) -> int | None:
     """Run ``args`` in a command server and return its exit status; None where it is to run
-    in this process (no server, one that cannot stand in for this process, or this is off)."""
+    in this process (not a command a server runs, no server, one that cannot stand in for
+    this process, or this is off)."""
+    if not args or args[0] not in SERVED:
+        return None
     enabled = server_enabled(os.environ)
     if enabled is None:
         from clusterjob.cli.outcome import err

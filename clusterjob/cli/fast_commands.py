@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': 'd8c4292bb6aea784a8a4654a10205a95371ade2fd721b2888224a92e2065a3d1',
+    'declared': '5b1f82477349e0c53154b692175c0951739357150e29d4ee559fbff30a2f20da',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'
