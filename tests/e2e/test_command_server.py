@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -59,13 +61,47 @@ def _env(sandbox: Sandbox, tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def _served(sandbox: Sandbox, tmp_path: Path, rt: Path) -> dict[str, str]:
+    """The environment of commands handed to a server in ``rt``, that server started."""
+    env = _env(sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt))
+    start(env, rt, tmp_path, CLI)
+    return env
+
+
+@pytest.fixture
+def sleeping_job(cj: Cli, sandbox: Sandbox) -> Iterator[str]:
+    """A job that runs for half a minute, for `status --watch` to watch; cancelled after."""
+    job = submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "sleep", "30")
+    yield job
+    cj("cancel", job)
+
+
+@contextmanager
+def _watching(
+    job: str, env: dict[str, str], cwd: Path, interval: str, stdout: int
+) -> Iterator[subprocess.Popen[str]]:
+    """`status --watch` of ``job``, started as a shell starts a job at a terminal: Ctrl-C and
+    Ctrl-Z as the shell leaves them (a test run in the background of a non-interactive shell,
+    CI's, inherits SIGINT ignored), and a process group of its own whose parent (this test)
+    is in another group of the same session (the kernel discards a stop signal sent to an
+    orphaned group, CI's). Killed at the end, should the test fail before it ended."""
+    with subprocess.Popen(
+        [*CLI, "status", "--watch", "--interval", interval, job], env=env, cwd=cwd,
+        stdout=stdout, stderr=subprocess.PIPE, text=True, preexec_fn=_as_at_a_terminal,
+        process_group=0,
+    ) as watch:  # fmt: skip
+        try:
+            yield watch
+        finally:
+            watch.kill()  # ended already, unless the test failed
+
+
 def test_the_job_of_a_served_submit_has_what_its_client_had(
     cj: Cli, sandbox: Sandbox, tmp_path: Path
 ) -> None:
     (tmp_path / "probe.sh").write_text(PROBE)
     with runtime_dir() as rt:
-        served_env = _env(sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt))
-        start(served_env, rt, tmp_path, CLI)
+        served_env = _served(sandbox, tmp_path, rt)
         jobs = {}
         for label, env in (("alone", _env(sandbox, tmp_path)), ("served", served_env)):
             done = subprocess.run(
@@ -86,35 +122,21 @@ def test_the_job_of_a_served_submit_has_what_its_client_had(
 
 
 def test_ctrl_c_ends_a_served_status_watch_as_it_ends_one_alone(
-    cj: Cli, sandbox: Sandbox, tmp_path: Path
+    sleeping_job: str, sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    job = submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "sleep", "30")
-    try:
-        with runtime_dir() as rt:
-            served_env = _env(
-                sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt)
-            )
-            start(served_env, rt, tmp_path, CLI)
-            ends = []
-            for env in (_env(sandbox, tmp_path), served_env):
-                with subprocess.Popen(
-                    [*CLI, "status", "--watch", "--interval", "0.5", job],
-                    env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True, preexec_fn=_as_at_a_terminal,
-                ) as watch:  # fmt: skip
-                    try:
-                        time.sleep(3)
-                        assert watch.poll() is None, watch.communicate()
-                        watch.send_signal(signal.SIGINT)
-                        out, err = watch.communicate(timeout=30)
-                    finally:
-                        watch.kill()  # ended already, unless this test failed
-                ends.append((watch.returncode, normalized(err)))
-                assert job in out
-            assert ends[1] == ends[0]
-            assert served(rt, 1) == [f"status, exit {ends[0][0]}"]
-    finally:
-        cj("cancel", job)
+    with runtime_dir() as rt:
+        served_env = _served(sandbox, tmp_path, rt)
+        ends = []
+        for env in (_env(sandbox, tmp_path), served_env):
+            with _watching(sleeping_job, env, tmp_path, "0.5", subprocess.PIPE) as watch:
+                time.sleep(3)
+                assert watch.poll() is None, watch.communicate()
+                watch.send_signal(signal.SIGINT)
+                out, err = watch.communicate(timeout=30)
+            ends.append((watch.returncode, normalized(err)))
+            assert sleeping_job in out
+        assert ends[1] == ends[0]
+        assert served(rt, 1) == [f"status, exit {ends[0][0]}"]
 
 
 def test_a_served_command_on_a_terminal_prints_what_it_prints_alone(
@@ -123,8 +145,7 @@ def test_a_served_command_on_a_terminal_prints_what_it_prints_alone(
     job = submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "true")
     wait_status(cj, job, finished)  # a job whose state cannot change between the two runs
     with runtime_dir() as rt:
-        served_env = _env(sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt))
-        start(served_env, rt, tmp_path, CLI)
+        served_env = _served(sandbox, tmp_path, rt)
         seen = []
         for env in (_env(sandbox, tmp_path, COLUMNS="120"), dict(served_env, COLUMNS="120")):
             seen.append(
@@ -182,38 +203,20 @@ def _until(what: str, check, timeout: float = 10) -> None:  # type: ignore[no-un
 
 
 def test_ctrl_z_stops_the_worker_with_its_client_and_fg_goes_on(
-    cj: Cli, sandbox: Sandbox, tmp_path: Path
+    sleeping_job: str, sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    job = submit(cj, sandbox, "--gpus", "1", "--model", "A100", "--", "sleep", "30")
-    try:
-        with runtime_dir() as rt:
-            served_env = _env(
-                sandbox, tmp_path, CLUSTERJOB_SERVER="1", CLUSTERJOB_RUNTIME_DIR=str(rt)
-            )
-            start(served_env, rt, tmp_path, CLI)
-            (server_pid,) = server_pids(rt)
-            with subprocess.Popen(
-                [*CLI, "status", "--watch", "--interval", "0.3", job], env=served_env,
-                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                preexec_fn=_as_at_a_terminal,
-                # a process group of its own whose parent (this test) is in another group of
-                # the same session, as a shell's job is: the kernel discards a stop signal
-                # sent to an orphaned group (CI's, run in the background), served or not
-                process_group=0,
-            ) as watch:  # fmt: skip
-                try:
-                    _until("no worker", lambda: _children(server_pid))
-                    (worker,) = _children(server_pid)
-                    time.sleep(1)
-                    watch.send_signal(signal.SIGTSTP)
-                    _until("the client did not stop", lambda: _state(watch.pid) == "T")
-                    _until("the worker did not stop with it", lambda: _state(worker) == "T")
-                    watch.send_signal(signal.SIGCONT)
-                    _until("the worker did not go on", lambda: _state(worker) in "RS")
-                    watch.send_signal(signal.SIGINT)
-                    watch.communicate(timeout=30)
-                finally:
-                    watch.kill()  # ended already, unless this test failed
-            assert watch.returncode == 130
-    finally:
-        cj("cancel", job)
+    with runtime_dir() as rt:
+        served_env = _served(sandbox, tmp_path, rt)
+        (server_pid,) = server_pids(rt)
+        with _watching(sleeping_job, served_env, tmp_path, "0.3", subprocess.DEVNULL) as watch:
+            _until("no worker", lambda: _children(server_pid))
+            (worker,) = _children(server_pid)
+            time.sleep(1)
+            watch.send_signal(signal.SIGTSTP)
+            _until("the client did not stop", lambda: _state(watch.pid) == "T")
+            _until("the worker did not stop with it", lambda: _state(worker) == "T")
+            watch.send_signal(signal.SIGCONT)
+            _until("the worker did not go on", lambda: _state(worker) in "RS")
+            watch.send_signal(signal.SIGINT)
+            watch.communicate(timeout=30)
+        assert watch.returncode == 130
