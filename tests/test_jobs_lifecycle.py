@@ -17,7 +17,7 @@ from clusterjob.errors import UsageError
 from clusterjob.jobs import status as job_status
 from clusterjob.jobs.logs import output_path
 from clusterjob.jobs.registry import SCHEMA_VERSION, JobRecord, Registry
-from clusterjob.jobs.status import StatusCache, StatusFilter, status
+from clusterjob.jobs.status import StatusCache, StatusFilter, array_spec, status
 from clusterjob.jobs.wait import wait
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import SlurmClient
@@ -90,6 +90,24 @@ def ten_task_array(slurm: FakeSlurm) -> str:
 )
 def test_array_task_ids(spec: str, ids: list[int]) -> None:
     assert array_task_ids(spec) == ids
+
+
+@pytest.mark.parametrize(
+    ("script", "spec"),
+    [
+        ("#!/bin/bash\n#SBATCH --array=0-9%2\necho\n", "0-9%2"),
+        ("#SBATCH --array 1,3\n", "1,3"),
+        ('#!/bin/sh\n#SBATCH  -a"4-7"\n', "4-7"),
+        ("#!/bin/sh\n#SBATCH -a 5\n", "5"),
+        ("#!/bin/bash\n#SBATCH --gpus=1\n", None),
+        ("#!/bin/bash\necho '#SBATCH --array=1-3'\n", None),  # not at a line's start
+        ("#!/bin/bash\nx#SBATCH --array=1-3\n#SBATCH --array=2-4\n", "2-4"),
+        ("#!/bin/bash\n# SBATCH --array=1-3\n", None),
+        ("#!/bin/bash\n#SBATCH --arrays=1-3\n", None),
+    ],
+)
+def test_array_spec_reads_an_array_line_at_a_line_start(script: str, spec: str | None) -> None:
+    assert array_spec(script) == spec
 
 
 @pytest.mark.parametrize("spec", ["", "a-b", "5-1", "0-9%x", "0-3:0", "0-2000000"])

@@ -658,3 +658,37 @@ def test_gpu_counts_spelled_as_alloc_tres(counts: dict, spelled: str | None) -> 
     assert parse.alloc_tres_spelling(counts) == spelled
     if spelled:  # read back as the same counts
         assert parse.tres_gpu_counts(spelled) == counts
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-29T16:18:15",
+        " 2026-11-29T16:18:15\n",
+        "0001-01-01T00:00:00",
+        "9999-12-31T23:59:59",
+        "Unknown",
+        "N/A",
+        "None",
+        "(null)",
+        "",
+        "10194-01-01T00:00:00",  # sbatch --test-only for a job that could never start
+        "0000-01-01T00:00:00",
+        "2026-02-30T00:00:00",
+        "2026-11-29T24:00:00",
+        "2026-11-29T23:59:60",
+        "2026-11-29 16:18:15",
+        "2026-11-29T16:18",
+        "2026-11-29T16:18:15.5",
+        "2026-11-29T16:18:15+01:00",
+    ],
+)
+def test_parse_time_reads_what_strptime_reads(text: str) -> None:
+    """parse_time reads Slurm's timestamps without strptime (whose first call costs a
+    module and locale tables): the same answer as strptime with Slurm's format, for each
+    shape a Slurm client prints and the near misses."""
+    try:
+        expected: datetime | None = datetime.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        expected = None
+    assert parse.parse_time(text) == expected

@@ -13,6 +13,7 @@ say (a job caught while loading its data).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -107,9 +108,9 @@ def _from_record(data: dict[str, Any]) -> list[GpuUsage]:
 
 
 def usage_dir(token: str, base: Path | None = None) -> Path:
-    from clusterjob.node.usage import record_path
+    from clusterjob.node.usage import job_folder
 
-    return record_path(base or data_dir(), token, "_").parent
+    return (base or data_dir()) / "usage" / job_folder(token)
 
 
 def read_usage(token: str, base: Path | None = None) -> tuple[GpuUsage, ...]:
@@ -140,16 +141,27 @@ def read_usage(token: str, base: Path | None = None) -> tuple[GpuUsage, ...]:
 def with_usage(rows: Sequence[JobStatus], records: Sequence[JobRecord]) -> list[JobStatus]:
     """``rows`` with ``gpu_usage`` filled from the records of their jobs (an array task's row:
     that task's only). A few small local files per job; no Slurm call."""
+    from clusterjob.node.usage import job_folder
+
     tokens = {r.job_id: r.token for r in records}
+    recorded = _recorded_folders(data_dir())  # one listing, not a look per row
     out = []
     for row in rows:
         base, _, task = row.job_id.partition("_")
         token = tokens.get(base)
-        usage = read_usage(token) if token else ()
+        usage = read_usage(token) if token and job_folder(token) in recorded else ()
         if task:
             usage = tuple(u for u in usage if u.task == task)
         out.append(replace(row, gpu_usage=usage) if usage else row)
     return out
+
+
+def _recorded_folders(base: Path) -> frozenset[str]:
+    """The jobs with usage records under the data dir ``base``: their folders' names."""
+    try:
+        return frozenset(os.listdir(base / "usage"))
+    except OSError:  # none yet (no job sampled), or not readable: as if none
+        return frozenset()
 
 
 def sparkline(series: Sequence[float]) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "SERIES_POINTS",
     "GpuSeries",
     "UsageRecord",
+    "job_folder",
     "record_path",
     "sample_interval",
     "sample_usage_main",
@@ -84,10 +85,15 @@ def data_dir(environ: Mapping[str, str]) -> Path:
 
 def record_path(base: Path, token: str, node: str, task: str | None = None) -> Path:
     """Where a job's usage record on ``node`` lives under the data dir ``base``."""
-    where = base / "usage" / _safe(token)
+    where = base / "usage" / job_folder(token)
     if task:
         where = where / _safe(task)
     return where / f"{_safe(node)}.json"
+
+
+def job_folder(token: str) -> str:
+    """The name of the folder under ``usage/`` that holds the records of the job ``token``."""
+    return _safe(token)
 
 
 def _safe(name: str) -> str:
