@@ -36,11 +36,11 @@ def runtime_dir() -> Iterator[Path]:
         servers = server_pids(directory)
         shutil.rmtree(directory, ignore_errors=True)
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in servers) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in servers) and time.monotonic() < deadline:
             time.sleep(0.1)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"

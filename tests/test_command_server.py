@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from server_helpers import (
     REPO,
+    alive,
+    logs,
     normalized,
     run,
     runtime_dir,
@@ -340,13 +342,16 @@ def test_an_idle_server_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(1)
+    lock = os.open(tmp_path / "s.lock", os.O_RDWR | os.O_CREAT, 0o600)
     with open(tmp_path / "log", "w") as log:
         begun = time.monotonic()
-        serving = server.Server(listener, -1, (), {}, log, lambda args: 0)
+        serving = server.Server(listener, lock, (), {}, log, lambda args: 0)
         why = serving.serve(path, os.stat(path).st_ino)
     assert why == "no command for 0.3 s"
     assert time.monotonic() - begun < 5
+    assert serving.spare is None  # the spare made for a command that never came: ended
     listener.close()
+    os.close(lock)
 
 
 def test_a_watched_file_that_changes_makes_the_server_stale(tmp_path: Path) -> None:
@@ -490,3 +495,98 @@ def test_a_stuck_server_gets_the_command_once_and_never_runs_it(
         assert done.returncode == 0 and out.read_text().count("Usage:") == 1
         assert waited >= client.START_TIMEOUT
         assert served(rt, 1) == ["status, refused"]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _spare_of(server_pid: int, not_this: int = 0, timeout: float = 10) -> int:
+    """The server's spare worker: its one child while no command runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        children = [c for c in _children(server_pid) if c != not_this]
+        if len(children) == 1:
+            return children[0]
+        assert time.monotonic() < deadline, f"no spare: children {children}"
+        time.sleep(0.05)
+
+
+def test_a_command_runs_in_the_spare_made_before_it_which_ends_with_its_server(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    """The next command's worker is forked (and its pages copied) while no command runs; the
+    command runs in it, a new spare follows, and the last spare ends with its server."""
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        start(env, rt, workdir)
+        (pid,) = server_pids(rt)
+        spare = _spare_of(pid)
+        assert run(["status", "--help"], env, workdir).returncode == 0
+        assert f" worker {spare}: status, exit 0" in logs(rt)
+        following = _spare_of(pid, not_this=spare)
+        assert following != spare
+    assert not alive(following)
+
+
+def test_a_spare_that_died_is_not_given_a_command(workdir: Path, base_env: dict[str, str]) -> None:
+    """A spare killed before its command (the OOM killer, a user's kill): the command runs
+    in a worker forked for it, and the next command in a new spare."""
+    import signal
+
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        start(env, rt, workdir)
+        (pid,) = server_pids(rt)
+        spare = _spare_of(pid)
+        os.kill(spare, signal.SIGKILL)
+        while spare in _children(pid):  # reaped
+            time.sleep(0.05)
+        first = run(["status", "--help"], env, workdir)
+        assert first.returncode == 0 and "Usage:" in first.stdout
+        assert served(rt, 1) == ["status, exit 0"]
+        assert f" worker {spare}:" not in logs(rt)
+        following = _spare_of(pid)
+        assert run(["status", "--help"], env, workdir).returncode == 0
+        assert f" worker {following}: status, exit 0" in logs(rt)
+
+
+@pytest.mark.parametrize("how", ["populate", "write_each_page"])
+def test_a_spare_has_its_own_copy_of_each_page_before_its_command(how: str) -> None:
+    """In a forked process, after ``populate`` (madvise where the kernel has it) or the
+    writes that stand in for it, the writable pages it shared with its parent are its own:
+    its private dirty memory grew by most of them."""
+    populate = server.page_populator()
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            mappings = server._writable_mappings()
+            before = _private_dirty_kb()
+            if how == "populate":
+                populate()
+            else:
+                for start_, end in mappings:
+                    server.write_each_page(start_, end)
+            grew = _private_dirty_kb() - before
+            total = sum(end - start_ for start_, end in mappings) // 1024
+            os.write(writing, f"{grew} {total}".encode())
+        finally:
+            os._exit(0)
+    os.close(writing)
+    with os.fdopen(reading) as fh:
+        grew, total = (int(x) for x in fh.read().split())
+    os.waitpid(pid, 0)
+    assert grew > total // 2, f"{grew} KiB made private of {total} KiB writable"
+
+
+def _private_dirty_kb() -> int:
+    with open("/proc/self/smaps_rollup", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("Private_Dirty:"):
+                return int(line.split()[1])
+    raise AssertionError("no Private_Dirty in smaps_rollup")

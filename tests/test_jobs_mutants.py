@@ -566,6 +566,37 @@ def test_git_commit_of_a_clean_a_dirty_and_no_checkout(tmp_path: Path, monkeypat
     assert git_commit(tmp_path / "repo") is None
 
 
+def test_git_commit_is_found_from_below_a_work_tree_and_git_runs_only_where_one_may_be(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A submission from a folder deep in a checkout (or a linked work tree, whose .git is a
+    file) records its commit; outside any, git is not even started, unless GIT_DIR says
+    where the repository is."""
+    import subprocess
+
+    head = git_repo(tmp_path / "repo")
+    deep = tmp_path / "repo" / "a" / "b"
+    deep.mkdir(parents=True)
+    assert git_commit(deep) == head
+    subprocess.run(
+        ["git", "-C", str(tmp_path / "repo"), "worktree", "add", "-q", str(tmp_path / "linked")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert (tmp_path / "linked" / ".git").is_file()
+    assert git_commit(tmp_path / "linked") == head
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ran = tmp_path / "git-ran"
+    (bin_dir / "git").write_text(f'#!/bin/sh\necho "$@" >> {ran}\n')
+    (bin_dir / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert git_commit(plain) is None and not ran.exists()
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "repo" / ".git"))
+    assert git_commit(plain) is None and ran.exists()  # asked: the stand-in says nothing
+
+
 def test_submit_records_exactly_what_reproduces_the_job(data: Path, tmp_path: Path, mllab) -> None:
     resolved, rendered = rendered_job(mllab, array="0-3")
     work = tmp_path / "work"

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '5b1f82477349e0c53154b692175c0951739357150e29d4ee559fbff30a2f20da',
+    'declared': '8c08e48e008799582fd641ab48ce28c8477506298cd7f5b58c468aa266a07192',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

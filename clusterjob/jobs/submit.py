@@ -107,7 +107,11 @@ def git_commit(workdir: Path) -> str | None:
 
 def start_git_commit(workdir: Path) -> Callable[[], str | None]:
     """``git_commit`` begun now, its answer given when the result is called: git reads the
-    work tree while the submission is prepared."""
+    work tree while the submission is prepared. Outside any git work tree, git is not run."""
+    if "GIT_DIR" not in os.environ and not any(
+        os.path.lexists(os.path.join(folder, ".git")) for folder in (workdir, *workdir.parents)
+    ):  # where git finds a repository without GIT_DIR: a .git (folder or file) above
+        return lambda: None
     try:
         proc = subprocess.Popen(  # the commit and the changed files in one git process
             ["git", "-C", str(workdir), "status", "--porcelain=v2", "--branch",
