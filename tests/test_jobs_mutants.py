@@ -47,10 +47,11 @@ from clusterjob.jobs.submit import (
     TestOnlyResult,
     check_output_dirs,
     expand_dependency,
-    git_commit,
     provenance,
     recorded_request,
     resubmit,
+    send_recorded,
+    start_git_commit,
     submit,
 )
 from clusterjob.jobscript.render import RenderedJob, render
@@ -59,7 +60,7 @@ from clusterjob.site.loader import load_site
 from clusterjob.site.model import Site
 from clusterjob.slurm import parse, ssh
 from clusterjob.slurm.commands import SlurmClient
-from clusterjob.slurm.parse import StartEstimate
+from clusterjob.slurm.parse import StartEstimate, SubmittedJobId
 from clusterjob.slurm.runner import Runner, SlurmResult, SshTransport
 
 
@@ -552,6 +553,10 @@ def test_submitted_and_test_only_results_in_words() -> None:
     )
 
 
+def git_commit(workdir: Path) -> str | None:
+    return start_git_commit(workdir)()
+
+
 def test_git_commit_of_a_clean_a_dirty_and_no_checkout(tmp_path: Path, monkeypatch) -> None:
     head = git_repo(tmp_path / "repo")
     assert git_commit(tmp_path / "repo") == head
@@ -564,6 +569,31 @@ def test_git_commit_of_a_clean_a_dirty_and_no_checkout(tmp_path: Path, monkeypat
     assert git_commit(plain) is None
     monkeypatch.setenv("PATH", str(plain))  # no git at all
     assert git_commit(tmp_path / "repo") is None
+
+
+def test_the_commit_is_asked_for_once_sbatch_answered_and_recorded_with_the_job_id(
+    data: Path,
+) -> None:
+    """Every submission path (sbatch, a resubmission, another scheduler) goes through
+    ``send_recorded``: git reads the work tree while the job is sent, its answer is waited
+    for only after, and lands in the record with the job id."""
+    registry = Registry(data / "jobs.db")
+    order: list[str] = []
+
+    def sbatch() -> SubmittedJobId:
+        (during,) = registry.pending()
+        order.append(f"sbatch, commit then: {during.git_commit}")
+        return SubmittedJobId("123", "fake")
+
+    def commit() -> str:
+        order.append("git's answer")
+        return "abc123-dirty"
+
+    done = send_recorded(registry, record("", token="tokG"), sbatch, lambda: "", commit)
+    assert order == ["sbatch, commit then: None", "git's answer"]
+    (kept,) = registry.all()
+    assert (kept.job_id, kept.git_commit) == ("123", "abc123-dirty")
+    assert (done.job_id, done.git_commit) == ("123", "abc123-dirty")
 
 
 def test_git_commit_is_found_from_below_a_work_tree_and_git_runs_only_where_one_may_be(
@@ -730,7 +760,7 @@ def test_submit_test_only_writes_a_test_script_and_words_a_refusal(data: Path, m
 def test_a_job_submitted_but_not_recorded_says_so(data: Path, mllab, monkeypatch) -> None:
     resolved, rendered = rendered_job(mllab)
 
-    def broken(self: Registry, *args: object) -> None:
+    def broken(self: Registry, *args: object, **kwargs: object) -> None:
         raise RegistryError("disk full")
 
     monkeypatch.setattr(Registry, "complete", broken)

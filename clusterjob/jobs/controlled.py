@@ -72,8 +72,8 @@ def submit(
         Submitted,
         _task_count,
         _write_script,
-        git_commit,
         send_recorded,
+        start_git_commit,
     )
 
     registry = registry or Registry()
@@ -92,7 +92,7 @@ def submit(
         script_path=str(path),
         command_line=shlex.join(command_line if command_line is not None else sys.argv),
         work_dir=str(work),
-        git_commit=git_commit(Path(source_dir).resolve() if source_dir else work),
+        git_commit=None,  # read by git while the scheduler takes the job: recorded with its id
         submitted_at=time.time(),
         state="PENDING",
         request=json.dumps({**asdict(request), "request_format": REQUEST_FORMAT}),
@@ -108,7 +108,8 @@ def submit(
                 registry.discard(pending.token)
             raise
 
-    record = send_recorded(registry, pending, send, lambda: "")
+    commit = start_git_commit(Path(source_dir).resolve() if source_dir else work)
+    record = send_recorded(registry, pending, send, lambda: "", commit)
     command = backend.submit_command(str(path), str(work))
     return Submitted(
         record.job_id,

@@ -277,13 +277,16 @@ class Registry:
                 f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({placeholders})", rows
             )
 
-    def complete(self, token: str, job_id: str, cluster: str) -> None:
-        """Give the submission recorded with ``token`` before sbatch ran its job id."""
+    def complete(
+        self, token: str, job_id: str, cluster: str, *, git_commit: str | None = None
+    ) -> None:
+        """Give the submission recorded with ``token`` before sbatch ran its job id (and the
+        commit git found meanwhile)."""
         with self._connect(write=True) as conn:
             conn.execute(
-                "UPDATE jobs SET job_id = ?, cluster = CASE ? WHEN '' THEN cluster ELSE ? END "
-                "WHERE token = ?",
-                (job_id, cluster, cluster, token),
+                "UPDATE jobs SET job_id = ?, cluster = CASE ? WHEN '' THEN cluster ELSE ? END, "
+                "git_commit = COALESCE(?, git_commit) WHERE token = ?",
+                (job_id, cluster, cluster, git_commit, token),
             )
 
     def discard(self, token: str) -> None:

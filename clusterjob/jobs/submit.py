@@ -100,14 +100,10 @@ def _write_script(script: str, token: str) -> Path:
     return path
 
 
-def git_commit(workdir: Path) -> str | None:
-    """The commit checked out in ``workdir`` (with ``-dirty``), for reproducing a run."""
-    return start_git_commit(workdir)()
-
-
 def start_git_commit(workdir: Path) -> Callable[[], str | None]:
-    """``git_commit`` begun now, its answer given when the result is called: git reads the
-    work tree while the submission is prepared. Outside any git work tree, git is not run."""
+    """The commit checked out in ``workdir`` (with ``-dirty``), for reproducing a run, begun
+    now and given when the result is called: git reads the work tree while the job is
+    submitted. Outside any git work tree, git is not run."""
     if "GIT_DIR" not in os.environ and not any(
         os.path.lexists(os.path.join(folder, ".git")) for folder in (workdir, *workdir.parents)
     ):  # where git finds a repository without GIT_DIR: a .git (folder or file) above
@@ -238,7 +234,7 @@ def _submit_recorded(
         script_path=str(path),
         command_line=shlex.join(command_line if command_line is not None else sys.argv),
         work_dir=str(work),
-        git_commit=commit(),
+        git_commit=None,  # read by git while sbatch runs: recorded with the job id
         submitted_at=time.time(),
         state="PENDING",
         request=json.dumps({**asdict(request), "request_format": REQUEST_FORMAT}),
@@ -251,7 +247,7 @@ def _submit_recorded(
         with sbatch_hints(site):
             return client.sbatch(path, token=token, workdir=work, script=rendered.script)
 
-    record = send_recorded(registry, pending, sbatch, lambda: _cluster_name(client))
+    record = send_recorded(registry, pending, sbatch, lambda: _cluster_name(client), commit)
     return Submitted(
         record.job_id,
         record.cluster,
@@ -335,12 +331,15 @@ def send_recorded(
     pending: JobRecord,
     sbatch: Callable[[], _Sent],
     cluster_name: Callable[[], str],
+    git_commit: Callable[[], str | None] = lambda: None,
 ) -> JobRecord:
     """Submit exactly once with no job ever unrecorded: ``pending`` (no job id yet) is
     recorded before ``sbatch`` runs and completed with the id once it answers; a refusal
     (or a look-up that found no job) removes it, any other failure keeps it for ``status``
     to settle by its token. Ctrl-C is held meanwhile (``_HeldInterrupt``): one before sbatch
-    submits nothing, one after it says which job was submitted and how to cancel it."""
+    submits nothing, one after it says which job was submitted and how to cancel it.
+    ``git_commit`` (``start_git_commit``'s answer, git reading the work tree meanwhile) is
+    asked for once sbatch has answered, and recorded with the job id."""
     token, host = pending.token, pending.host
     with _HeldInterrupt() as held:
         registry.add(pending)
@@ -363,7 +362,8 @@ def send_recorded(
         cancel = follow_up("cancel", job_id, host=host)
         try:
             cluster = submitted.cluster or pending.cluster or cluster_name()
-            registry.complete(token, job_id, cluster)
+            commit = git_commit()
+            registry.complete(token, job_id, cluster, git_commit=commit)
         except RegistryError as exc:
             raise RegistryError(
                 f"job {job_id} WAS submitted, but could not be recorded: {exc}; cancel it "
@@ -378,7 +378,7 @@ def send_recorded(
         raise SubmitInterrupted(
             f"interrupted: job {job_id} was submitted and is recorded; cancel it with `{cancel}`"
         )
-    return replace(pending, job_id=job_id, cluster=cluster)
+    return replace(pending, job_id=job_id, cluster=cluster, git_commit=commit)
 
 
 _JOB_ID = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
@@ -800,7 +800,7 @@ def _replay(
         script_path=str(path),
         command_line=record.command_line,
         work_dir=record.work_dir,
-        git_commit=None if client.remote else git_commit(Path(record.work_dir)),
+        git_commit=None,  # read by git while sbatch runs: recorded with the job id
         submitted_at=time.time(),
         resubmit_of=resubmit_of or record.job_id,
         state="PENDING",
@@ -813,7 +813,8 @@ def _replay(
         with sbatch_hints(None):  # the record names its site, but the site config is not loaded
             return client.sbatch(path, token=token, workdir=record.work_dir, script=script)
 
-    new = send_recorded(registry, pending, sbatch, lambda: "")
+    commit = (lambda: None) if client.remote else start_git_commit(Path(record.work_dir))
+    new = send_recorded(registry, pending, sbatch, lambda: "", commit)
     cache_for(client).clear()
     return Submitted(
         new.job_id,
