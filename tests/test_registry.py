@@ -25,6 +25,7 @@ from clusterjob.jobs.registry import (
     data_dir,
     repair,
 )
+from clusterjob.slurm import parse
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -565,3 +566,30 @@ def test_many_records_are_read_as_one_by_one(tmp_path: Path) -> None:
     assert many["5"].token == "again" and "1299" not in many and len(many) == 402
     assert there.get_many(["7", "5"]) == {"7": there.get("7")}
     assert here.get_many([]) == {}
+
+
+def test_jobs_outside_some_states_are_read_as_not_in_reads_them(tmp_path: Path) -> None:
+    """``with_states(..., exclude=True)`` reads the ranges between the states through the
+    index (``status``'s live jobs among thousands ended): the same rows as ``NOT IN``, for
+    states at, between and around the bounds, however the excluded ones are given."""
+    states = ["", "A", "BOOT_FAIL", "BOOT_FAIL ", "CANCELLED", "CANCELLED by 0", "COMPLETED",
+              "COMPLETING", "PENDING", "RUNNING", "TIMEOUT", "ZZZ", "pending", "é"]  # fmt: skip
+    reg = Registry(tmp_path / "r.db")
+    reg.add(*(record(str(i), f"t{i}", state=state) for i, state in enumerate(states)))
+    conn = sqlite3.connect(tmp_path / "r.db")
+    for excluded in ([], ["COMPLETED"], ["TIMEOUT", "BOOT_FAIL", "COMPLETED", "BOOT_FAIL"],
+                     ["", "é"], sorted(parse.FINAL_STATES)):  # fmt: skip
+        marks = ", ".join("?" for _ in excluded)
+        expected = [row[0] for row in conn.execute(
+            f"SELECT job_id FROM jobs WHERE state NOT IN ({marks}) ORDER BY seq", excluded
+        )]  # fmt: skip
+        assert [r.job_id for r in reg.with_states(excluded, exclude=True)] == expected, excluded
+    conn.close()
+    plan = " ".join(
+        str(row) for row in sqlite3.connect(tmp_path / "r.db").execute(
+            "EXPLAIN QUERY PLAN SELECT seq FROM jobs WHERE "
+            + registry._outside("state", sorted(parse.FINAL_STATES))[0],
+            registry._outside("state", sorted(parse.FINAL_STATES))[1],
+        )
+    )  # fmt: skip
+    assert "SEARCH jobs USING COVERING INDEX jobs_state" in plan and "SCAN" not in plan

@@ -13,6 +13,7 @@ when clusterjob is interrupted or killed in between (``status`` then finds it by
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import threading
@@ -131,6 +132,22 @@ class StateUpdate(NamedTuple):
     elapsed: str | None = None
     tasks: str | None = None
     restarts: int | None = None
+
+
+def _outside(column: str, values: Sequence[str]) -> tuple[str, list[str]]:
+    """``column NOT IN (values)`` as the ranges between them (``column < v1 OR v1 < column <
+    v2 ... OR column > vN``): the same rows, but each range a search of the column's index,
+    where NOT IN reads the whole index (1 ms for 10,000 jobs, every ``status``)."""
+    bounds = sorted(set(values))
+    if not bounds:
+        return "1", []  # NOT IN (): every row
+    ranges = [f"{column} < ?"]
+    ranges += [f"({column} > ? AND {column} < ?)" for _ in bounds[1:]]
+    ranges.append(f"{column} > ?")
+    params = [bounds[0]]
+    params += [value for pair in itertools.pairwise(bounds) for value in pair]
+    params.append(bounds[-1])
+    return " OR ".join(ranges), params
 
 
 class Registry:
@@ -351,10 +368,12 @@ class Registry:
     # ~15 ms per query at 10,000 jobs, for the few still running or of the last day.
 
     def with_states(self, states: Sequence[str], *, exclude: bool = False) -> list[JobRecord]:
-        marks = ", ".join("?" for _ in states)
-        op = "NOT IN" if exclude else "IN"
-        picked = f"SELECT seq FROM jobs WHERE state {op} ({marks})"
-        return self._select(f"WHERE seq IN ({picked})", list(states), "ORDER BY seq")
+        if exclude:  # the live jobs, among thousands ended: read through the index
+            where, params = _outside("state", states)
+        else:
+            where, params = f"state IN ({', '.join('?' for _ in states)})", list(states)
+        picked = f"SELECT seq FROM jobs WHERE {where}"
+        return self._select(f"WHERE seq IN ({picked})", params, "ORDER BY seq")
 
     def since(self, when: float) -> list[JobRecord]:
         picked = "SELECT seq FROM jobs WHERE submitted_at >= ?"
