@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '8c08e48e008799582fd641ab48ce28c8477506298cd7f5b58c468aa266a07192',
+    'declared': '7d6a76571e06a10fa29bae488492f3f50ede571305887d61d710ef1269e54023',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

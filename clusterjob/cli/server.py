@@ -31,6 +31,12 @@ What keeps a worker honest:
   the server answers only a peer of its own uid, and the client talks only to such a server
   (``SO_PEERCRED`` both ways).
 
+While no command runs, the server keeps the next command's worker forked ahead (a *spare*,
+``Server.start_spare``), its pages already copied from the server's (``page_populator``):
+a command's fork and its first writes to each page, ~5 ms of a submit, are then behind it.
+The server hands the spare the client's connection, request and descriptors over a socket
+pair; a command that comes while another runs gets a worker forked for it, as before.
+
 A worker runs its command only once its client, told it started, says to go ahead: a
 client that waited ``client.START_TIMEOUT`` seconds in vain runs the command itself, and the
 late worker then runs nothing. (Until a stuck server gets to a request, it holds the
@@ -132,6 +138,7 @@ LOG_MAX = 1 << 20  # a server's log (a line a command) starts again past this si
 REFUSED_EXIT = 125  # a worker that could not take on its client's state; the client runs it
 ORPHAN_GRACE = 1.0  # seconds a worker whose client went away has to end by itself
 TICK = 0.5  # seconds between the server's looks at its workers, its socket and the clock
+GO_ON, STALE = b"\1", b"\0"  # the server's check of its code, as a spare hears it
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>, Linux 5.14
 Stamp = tuple[int, int, int]  # a watched file's inode, size and mtime in nanoseconds
 
@@ -244,7 +251,7 @@ class Server:
         watched: dict[str, Stamp],
         log: TextIO,
         main: Callable[[list[str]], int],
-        populate: Callable[[], None] = lambda: None,
+        populate: Callable[[], None] | None = None,
     ) -> None:
         self.listener = listener
         self.lock = lock
@@ -337,20 +344,30 @@ class Server:
         except (OSError, ValueError, EOFError, TypeError):
             conn.close()
             return True
+        if request.get("fingerprint") != self.print_ or len(fds) != 4:
+            _refuse(conn, fds)
+            return True
+        handed = self.hand_to_spare(conn, request, fds)  # it takes on the client meanwhile
         stale = self.stale()
-        if stale or request.get("fingerprint") != self.print_ or len(fds) != 4:
-            _close(fds)
-            _answer(conn, client.REFUSED, 0)
-            conn.close()
-            return not stale
-        pid = self.hand_to_spare(conn, request, fds)
-        if pid is None:  # none ready (another command runs), or it died: a worker of its own
+        if handed is not None:
+            pid, end = handed
+            with contextlib.suppress(OSError):  # it ended: reaped as a worker, or not at all
+                end.sendall(STALE if stale else GO_ON)
+            end.close()
+            _close(fds)  # a stale spare refuses its client itself (``wait_as_spare``)
+        elif stale:
+            _refuse(conn, fds)
+            return False
+        else:  # no spare ready (another command runs), or it died: a worker of its own
             pid = os.fork()
             if pid == 0:
                 self.leave()
                 conn.settimeout(None)
                 work(conn, request, fds, self.main)
-        _close(fds)
+            _close(fds)
+        if stale:  # the spare refuses its client; the next command starts a new server
+            conn.close()
+            return False
         self.workers[pid] = (conn, str(list(request["args"])[0]))  # type: ignore[call-overload]
         return True
 
@@ -383,7 +400,8 @@ class Server:
             try:
                 self.leave()
                 ours.close()
-                self.populate()
+                if self.populate is not None:
+                    self.populate()
                 wait_as_spare(theirs, self.main)
             finally:  # never back into the server's code
                 os._exit(1)
@@ -401,9 +419,11 @@ class Server:
 
     def hand_to_spare(
         self, conn: socket.socket, request: dict[str, object], fds: list[int]
-    ) -> int | None:
-        """Give a command to the spare worker: its pid, or None where there is no spare or
-        it could not take the command (it died)."""
+    ) -> tuple[int, socket.socket] | None:
+        """Give a command to the spare worker: its pid and the server's end of their pair,
+        over which the server's check of its code follows (``STALE`` or ``GO_ON``), while the
+        spare takes on the client's state; None where there is no spare or it could not
+        take the command (it died)."""
         if self.spare is None:
             return None
         pid, end = self.spare
@@ -412,10 +432,9 @@ class Server:
             end.sendall(_framed(marshal.dumps(request)))
             socket.send_fds(end, [b"\0"], [conn.fileno(), *fds])
         except OSError:
+            end.close()
             return None  # it ended: reaped as any child, no client waits on it
-        finally:
-            end.close()  # the spare has all it needs, or ends once it reads the end
-        return pid
+        return pid, end
 
     def end_orphans(self) -> None:
         """SIGKILL for a worker whose client went away ``ORPHAN_GRACE`` seconds ago and that
@@ -504,28 +523,39 @@ def _framed(body: bytes) -> bytes:
 
 def wait_as_spare(end: socket.socket, main: Callable[[list[str]], int]) -> NoReturn:
     """A spare worker's life: wait for the server to hand it a command (the client's
-    connection, request and descriptors, over ``end``), then run it as any worker does. The
-    server's end closing before that (the server ended) ends the spare."""
+    connection, request and descriptors, over ``end``), then run it as any worker does,
+    once the server found its code unchanged. The server's end closing before that (the
+    server ended) ends the spare."""
     try:
         request = _request(end)
         _, fds, _, _ = socket.recv_fds(end, 1, 5)
     except (OSError, ValueError, EOFError, TypeError):
         os._exit(0)
-    end.close()
     if len(fds) != 5:  # the server ended before it sent them all
         _close(fds)
         os._exit(0)
     conn = socket.socket(fileno=fds[0])
     conn.settimeout(None)
-    work(conn, request, fds[1:], main)
+
+    def code_unchanged() -> bool:
+        try:
+            said = end.recv(1)
+        except OSError:
+            said = b""
+        end.close()
+        return said == GO_ON
+
+    work(conn, request, fds[1:], main, code_unchanged)
 
 
-def page_populator() -> Callable[[], None]:
+def page_populator() -> Callable[[], None] | None:
     """What makes a forked process's writable pages its own at once, before a command runs
     in it (``Server.start_spare``): a worker otherwise copies each page of the server's the
     first time it writes to it (a reference count changed is a write), ~5 ms of faults in
-    the middle of a command. ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14) does it for a
-    whole mapping; where the kernel lacks it, a write of each page's first byte, as it was."""
+    the middle of a command. ``madvise(MADV_POPULATE_WRITE)`` does it for a whole mapping in
+    the kernel; before Linux 5.14 there is none (None): the spare then saves the fork alone.
+    (Writing each page's first byte from Python is no substitute: the interpreter may write
+    that byte itself between the read and the write, and the write would undo it.)"""
     import ctypes
     import mmap
 
@@ -533,36 +563,21 @@ def page_populator() -> Callable[[], None]:
         madvise = ctypes.CDLL(None, use_errno=True).madvise
         madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
         madvise.restype = ctypes.c_int
-    except (OSError, AttributeError):  # no C library to ask: the writes, below
-        madvise = None
+    except (OSError, AttributeError):  # no C library to ask
+        return None
     probe = mmap.mmap(-1, mmap.PAGESIZE)
     first = ctypes.c_char.from_buffer(probe)
-    kernel_can = (
-        madvise is not None
-        and madvise(ctypes.addressof(first), mmap.PAGESIZE, MADV_POPULATE_WRITE) == 0
-    )
+    kernel_can = madvise(ctypes.addressof(first), mmap.PAGESIZE, MADV_POPULATE_WRITE) == 0
     del first
     probe.close()
+    if not kernel_can:
+        return None
 
     def populate() -> None:
         for start, end in _writable_mappings():
-            if madvise is not None and kernel_can:
-                madvise(start, end - start, MADV_POPULATE_WRITE)  # one it cannot: left as is
-            else:
-                write_each_page(start, end)
+            madvise(start, end - start, MADV_POPULATE_WRITE)  # one it cannot: left as is
 
     return populate
-
-
-def write_each_page(start: int, end: int) -> None:
-    """Write each page of ``start``..``end`` (a private writable mapping) its first byte, as
-    it was: a forked process's copy of each is made now."""
-    import ctypes
-    import mmap
-
-    pages = (ctypes.c_char * (end - start)).from_address(start)
-    for offset in range(0, end - start, mmap.PAGESIZE):
-        pages[offset] = pages[offset]
 
 
 def _writable_mappings() -> list[tuple[int, int]]:
@@ -584,6 +599,12 @@ def _writable_mappings() -> list[tuple[int, int]]:
     return found
 
 
+def _refuse(conn: socket.socket, fds: list[int]) -> None:
+    _close(fds)
+    _answer(conn, client.REFUSED, 0)
+    conn.close()
+
+
 def _close(fds: list[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
@@ -600,12 +621,17 @@ def work(
     request: dict[str, object],
     fds: list[int],
     main: Callable[[list[str]], int],
+    code_unchanged: Callable[[], bool] = lambda: True,
 ) -> NoReturn:
-    """A worker's life: become the client's process, run its command, report how it ended."""
+    """A worker's life: become the client's process, run its command, report how it ended.
+    ``code_unchanged``: the server's check of its files, made while this process took on
+    the client (a spare's); a stale server's worker refuses, and the client runs alone."""
     try:
         refusal = _become_client(request, fds)
     except Exception as exc:  # a request this server cannot read: the client runs it
         refusal = f"{type(exc).__name__}: {exc}"
+    if refusal is None and not code_unchanged():
+        refusal = "the server's code changed"
     if refusal is not None:
         _answer(conn, client.REFUSED, 0)
         os._exit(REFUSED_EXIT)
@@ -674,6 +700,8 @@ def _take_signals(request: dict[str, object]) -> None:
             handler = signal.default_int_handler
         else:
             handler = signal.SIG_DFL
+        if signal.getsignal(sig) is handler:  # as the server had it: most of them
+            continue
         with contextlib.suppress(OSError, ValueError):  # one the C library keeps for itself
             signal.signal(sig, handler)  # type: ignore[arg-type]
     signal.pthread_sigmask(signal.SIG_SETMASK, request["blocked"])  # type: ignore[arg-type]
