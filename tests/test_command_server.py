@@ -536,6 +536,7 @@ def test_a_command_runs_in_the_spare_made_before_it_which_ends_with_its_server(
         (pid,) = server_pids(rt)
         spare = _spare_of(pid)
         assert run(["status", "--help"], env, workdir).returncode == 0
+        assert served(rt, 1) == ["status, exit 0"]  # logged once reaped: waited for
         assert f" worker {spare}: status, exit 0" in logs(rt)
         following = _spare_of(pid, not_this=spare)
         assert following != spare
@@ -561,6 +562,7 @@ def test_a_spare_that_died_is_not_given_a_command(workdir: Path, base_env: dict[
         assert f" worker {spare}:" not in logs(rt)
         following = _spare_of(pid)
         assert run(["status", "--help"], env, workdir).returncode == 0
+        assert served(rt, 2) == ["status, exit 0"] * 2  # logged once reaped: waited for
         assert f" worker {following}: status, exit 0" in logs(rt)
 
 
