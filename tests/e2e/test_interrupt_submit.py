@@ -43,9 +43,10 @@ touch "{d}/answered"
 echo "$out"
 """
 
-# git, asked for the commit of the submission directory before sbatch, waits to be interrupted
-WAITING_GIT = """#!/bin/sh
-touch "{d}/git-started"
+# squeue, asked before sbatch whether the job a --dependency names exists, waits to be
+# interrupted
+WAITING_SQUEUE = """#!/bin/sh
+touch "{d}/squeue-started"
 sleep 30
 """
 
@@ -103,25 +104,28 @@ def _every_job_is_known(
     return in_slurm
 
 
-def _submit(env: dict[str, str], cwd: Path, sandbox: Sandbox, name: str) -> subprocess.Popen[str]:
+def _submit(
+    env: dict[str, str], cwd: Path, sandbox: Sandbox, name: str, *more: str
+) -> subprocess.Popen[str]:
     return _start(env, cwd, "submit", TRAIN, "--site", str(sandbox.site_path), *TINY,
-                  "--job-name", name)  # fmt: skip
+                  "--job-name", name, *more)  # fmt: skip
 
 
 def test_ctrl_c_before_sbatch_submits_nothing(
     sandbox: Sandbox, tmp_path: Path, job_name: str
 ) -> None:
     path_env, calls = fake_sbatch(tmp_path, WAITING_SBATCH.format(d=tmp_path))
-    git = Path(path_env["PATH"].split(":", 1)[0]) / "git"
-    git.write_text(WAITING_GIT.format(d=tmp_path))
-    git.chmod(0o755)
+    squeue = Path(path_env["PATH"].split(":", 1)[0]) / "squeue"
+    squeue.write_text(WAITING_SQUEUE.format(d=tmp_path))
+    squeue.chmod(0o755)
     env = _env(sandbox, tmp_path, path_env)
     (tmp_path / "go-sbatch").touch()
     (tmp_path / "go-answer").touch()
-    proc = _submit(env, tmp_path, sandbox, job_name)
-    _wait_for(tmp_path / "git-started", proc)
+    proc = _submit(env, tmp_path, sandbox, job_name, "--dependency", "afterany:1")
+    _wait_for(tmp_path / "squeue-started", proc)
     _ctrl_c(proc)
     out, err = proc.communicate(timeout=120)
+    squeue.unlink()  # the real one for what follows
     assert proc.returncode == 130, err
     assert not calls.exists()  # sbatch never ran
     assert _every_job_is_known(sandbox, env, tmp_path, tmp_path, job_name) == []
