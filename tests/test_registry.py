@@ -576,20 +576,17 @@ def test_jobs_outside_some_states_are_read_as_not_in_reads_them(tmp_path: Path) 
               "COMPLETING", "PENDING", "RUNNING", "TIMEOUT", "ZZZ", "pending", "é"]  # fmt: skip
     reg = Registry(tmp_path / "r.db")
     reg.add(*(record(str(i), f"t{i}", state=state) for i, state in enumerate(states)))
-    conn = sqlite3.connect(tmp_path / "r.db")
-    for excluded in ([], ["COMPLETED"], ["TIMEOUT", "BOOT_FAIL", "COMPLETED", "BOOT_FAIL"],
-                     ["", "é"], sorted(parse.FINAL_STATES)):  # fmt: skip
-        marks = ", ".join("?" for _ in excluded)
-        expected = [row[0] for row in conn.execute(
-            f"SELECT job_id FROM jobs WHERE state NOT IN ({marks}) ORDER BY seq", excluded
-        )]  # fmt: skip
-        assert [r.job_id for r in reg.with_states(excluded, exclude=True)] == expected, excluded
-    conn.close()
-    plan = " ".join(
-        str(row) for row in sqlite3.connect(tmp_path / "r.db").execute(
-            "EXPLAIN QUERY PLAN SELECT seq FROM jobs WHERE "
-            + registry._outside("state", sorted(parse.FINAL_STATES))[0],
-            registry._outside("state", sorted(parse.FINAL_STATES))[1],
-        )
-    )  # fmt: skip
+    where, params = registry._outside("state", sorted(parse.FINAL_STATES))
+    with contextlib.closing(sqlite3.connect(tmp_path / "r.db")) as conn:
+        plan = " ".join(str(row) for row in conn.execute(
+            f"EXPLAIN QUERY PLAN SELECT seq FROM jobs WHERE {where}", params
+        ))  # fmt: skip
+        for excluded in ([], ["COMPLETED"], ["TIMEOUT", "BOOT_FAIL", "COMPLETED", "BOOT_FAIL"],
+                         ["", "é"], sorted(parse.FINAL_STATES)):  # fmt: skip
+            marks = ", ".join("?" for _ in excluded)
+            expected = [row[0] for row in conn.execute(
+                f"SELECT job_id FROM jobs WHERE state NOT IN ({marks}) ORDER BY seq", excluded
+            )]  # fmt: skip
+            got = [r.job_id for r in reg.with_states(excluded, exclude=True)]
+            assert got == expected, excluded
     assert "SEARCH jobs USING COVERING INDEX jobs_state" in plan and "SCAN" not in plan
