@@ -108,9 +108,9 @@ def _from_record(data: dict[str, Any]) -> list[GpuUsage]:
 
 
 def usage_dir(token: str, base: Path | None = None) -> Path:
-    from clusterjob.node.usage import job_folder
+    from clusterjob.node.usage import job_folder, usage_root
 
-    return (base or data_dir()) / "usage" / job_folder(token)
+    return usage_root(base or data_dir()) / job_folder(token)
 
 
 def read_usage(token: str, base: Path | None = None) -> tuple[GpuUsage, ...]:
@@ -158,8 +158,10 @@ def with_usage(rows: Sequence[JobStatus], records: Sequence[JobRecord]) -> list[
 
 def _recorded_folders(base: Path) -> frozenset[str]:
     """The jobs with usage records under the data dir ``base``: their folders' names."""
+    from clusterjob.node.usage import usage_root
+
     try:
-        return frozenset(os.listdir(base / "usage"))
+        return frozenset(os.listdir(usage_root(base)))
     except OSError:  # none yet (no job sampled), or not readable: as if none
         return frozenset()
 

@@ -42,6 +42,7 @@ __all__ = [
     "record_path",
     "sample_interval",
     "sample_usage_main",
+    "usage_root",
 ]
 
 DEFAULT_INTERVAL = 30.0  # seconds between samples: NVML reads cost ~0.1 ms, see benchmarks/
@@ -85,14 +86,19 @@ def data_dir(environ: Mapping[str, str]) -> Path:
 
 def record_path(base: Path, token: str, node: str, task: str | None = None) -> Path:
     """Where a job's usage record on ``node`` lives under the data dir ``base``."""
-    where = base / "usage" / job_folder(token)
+    where = usage_root(base) / job_folder(token)
     if task:
         where = where / _safe(task)
     return where / f"{_safe(node)}.json"
 
 
+def usage_root(base: Path) -> Path:
+    """The folder under the data dir ``base`` that holds every job's usage records."""
+    return base / "usage"
+
+
 def job_folder(token: str) -> str:
-    """The name of the folder under ``usage/`` that holds the records of the job ``token``."""
+    """The name of the folder under ``usage_root`` that holds the records of job ``token``."""
     return _safe(token)
 
 
