@@ -1,7 +1,5 @@
 """clusterjob: GPU jobs on the right GPUs of a Slurm cluster, proven before training starts."""
 
-from __future__ import annotations
-
 __version__ = "0.1.0"
 
 # The Python API (clusterjob.api), loaded on first use: `import clusterjob` stays as cheap as
@@ -21,7 +19,7 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     if name in _API:
         from clusterjob import api
 

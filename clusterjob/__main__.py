@@ -7,8 +7,6 @@ Typer, Rich or Jinja2; so are the usual command lines of ``submit`` and ``status
 Everything else goes through the Typer app in ``clusterjob.cli.app``.
 """
 
-from __future__ import annotations
-
 import sys
 
 HOOK_COMMANDS = ("prolog", "task-prolog", "epilog")

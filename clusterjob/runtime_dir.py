@@ -7,8 +7,6 @@ and no one else can enter it. ssh's shared connection keeps its control socket t
 even ``pathlib``: the command server's client reads it before anything else is imported.
 """
 
-from __future__ import annotations
-
 import os
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
@@ -19,7 +17,7 @@ RUNTIME_DIR_ENV = "CLUSTERJOB_RUNTIME_DIR"  # envvars.RUNTIME_DIR; envvars impor
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its NUL on Linux
 
 
-def runtime_dir(environ: Mapping[str, str] | None = None) -> str:
+def runtime_dir(environ: "Mapping[str, str] | None" = None) -> str:
     """Where the sockets go, before it is created or checked."""
     env = os.environ if environ is None else environ
     given = env.get(RUNTIME_DIR_ENV)
@@ -31,7 +29,9 @@ def runtime_dir(environ: Mapping[str, str] | None = None) -> str:
     return f"/tmp/clusterjob-{os.getuid()}"
 
 
-def private_runtime_dir(environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+def private_runtime_dir(
+    environ: "Mapping[str, str] | None" = None,
+) -> tuple[str, str | None]:
     """The runtime directory, created 0700 where missing, and what is wrong with it (None
     when it is fit for sockets only this user may connect to)."""
     directory = runtime_dir(environ)

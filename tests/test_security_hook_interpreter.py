@@ -158,7 +158,7 @@ def test_the_review_case_check_reports_a_user_edited_package_and_does_not_run_it
     give_to(user, venv)
     marker = root_tree / "ran-as"
     main_py = site_packages / "clusterjob" / "__main__.py"
-    # The line after `import sys` (a line before the `from __future__` import would not compile).
+    # The line after `import sys`, among the imports at the top of the module.
     add_after_import_sys = "{print} /^import sys$/ {print add}"
     edit = f'awk -v add="$1" \'{add_after_import_sys}\' "$0" > "$0.new" && mv "$0.new" "$0"'
     done = user.run(["/bin/sh", "-c", edit, str(main_py), PAYLOAD.format(marker=str(marker))])

@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '7d6a76571e06a10fa29bae488492f3f50ede571305887d61d710ef1269e54023',
+    'declared': '5e591fe563db6ba811c6d8bfbdc5d859b9804ead0d6fe2a8ca0e55ac7b05b4fd',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

@@ -187,13 +187,22 @@ def _pyenv_hooked(root: str, environ: Mapping[str, str], *, picks_version: bool)
     """Whether a hook may change what pyenv runs: a `version-name` hook (consulted only when
     $PYENV_VERSION is unset), a `which` hook other than pyenv-virtualenv's, any `exec` hook
     other than pyenv's own pip-rehash (which acts on pip alone)."""
-    import glob
-
     folders = [p for p in environ.get("PYENV_HOOK_PATH", "").split(":") if p]
     folders += [os.path.join(root, "pyenv.d"), *_PYENV_SYSTEM_HOOKS]
-    folders += glob.glob(os.path.join(glob.escape(root), "plugins", "*", "etc", "pyenv.d"))
+    plugins = os.path.join(root, "plugins")
+    try:  # $PYENV_ROOT/plugins/*/etc/pyenv.d, as pyenv's own glob reads it (no hidden names)
+        names = sorted(n for n in os.listdir(plugins) if not n.startswith("."))
+    except OSError:
+        names = []
+    folders += [os.path.join(plugins, n, "etc", "pyenv.d") for n in names]
     for folder in folders:
+        try:  # one call for a folder that is not there (most are not), not one for each kind
+            kinds = os.listdir(folder)
+        except OSError:
+            continue
         for kind in ("version-name", "which", "exec"):
+            if kind not in kinds:
+                continue
             try:
                 hooks = [n for n in os.listdir(os.path.join(folder, kind)) if n.endswith(".bash")]
             except OSError:
