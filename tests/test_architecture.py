@@ -19,7 +19,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "clusterjob"
 # Lowest first. A top-level module (errors.py, envvars.py, pci.py, ...) is its own "package"
 # on the ground floor; packages on one floor are independent of each other.
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({"record", "errors", "envvars", "pci", "process", "resources", "runtime_dir"}),
+    frozenset(
+        {"record", "errors", "envvars", "lifetime", "pci", "process", "resources", "runtime_dir"}
+    ),
     # The schedulers' own packages: the only code that runs or reads their commands.
     frozenset({"gpu", "gridengine", "slurm"}),
     frozenset({"site"}),
@@ -34,7 +36,16 @@ FLOORS: tuple[frozenset[str], ...] = (
 )
 # The ground floor's own order: record (the hooks' frozen values, errors' ConfigIssue among
 # them) first, then errors; the others may use both.
-GROUND_ORDER = ("record", "errors", "envvars", "pci", "process", "resources", "runtime_dir")
+GROUND_ORDER = (
+    "record",
+    "errors",
+    "envvars",
+    "lifetime",
+    "pci",
+    "process",
+    "resources",
+    "runtime_dir",
+)
 FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 
 

@@ -120,6 +120,26 @@ def test_a_served_command_reads_stdin_and_writes_to_the_descriptors_it_was_given
         assert served(rt, 1) == ["submit, exit 0"]
 
 
+def test_a_served_command_closes_its_registry_after_its_answer(
+    workdir: Path, base_env: dict[str, str]
+) -> None:
+    """A served worker closes its registry connections after it has told its client the exit
+    status (clusterjob/lifetime.py): closed all the same, so the last close still copies the
+    write-ahead log into the database and removes it, as a command in its own process does."""
+    data = Path(base_env["CLUSTERJOB_DATA_DIR"])
+    with runtime_dir() as rt:
+        env = served_env(base_env, rt)
+        start(env, rt, workdir)
+        alone = run(["status"], dict(base_env, CLUSTERJOB_SERVER="0"), workdir)
+        assert (data / "jobs.sqlite").is_file(), alone.stderr  # status opened (made) it
+        (data / "jobs.sqlite").unlink()
+        through = run(["status"], env, workdir)
+        assert served(rt, 1) == [f"status, exit {alone.returncode}"]  # reaped: it has ended
+        assert (through.returncode, through.stderr) == (alone.returncode, alone.stderr)
+    assert (data / "jobs.sqlite").is_file()
+    assert not (data / "jobs.sqlite-wal").exists()  # its close ran, after the answer
+
+
 def _cli() -> list[str]:
     from server_helpers import clusterjob_command
 

@@ -139,6 +139,14 @@ def test_twenty_concurrent_submitters_lose_nothing(tmp_path: Path) -> None:
     assert mode == "wal"
 
 
+def test_a_connection_waits_the_busy_timeout_for_a_lock(tmp_path: Path) -> None:
+    """The timeout is given to ``sqlite3.connect`` alone (no PRAGMA of its own): it must be
+    SQLite's busy timeout all the same, or a sweep's submitters fail with "locked"."""
+    with contextlib.closing(Registry(tmp_path / "jobs.sqlite")._open()) as conn:
+        waits = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    assert waits == registry.BUSY_TIMEOUT_MS
+
+
 def _corrupt(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"this is not an SQLite database, just some bytes " * 200)

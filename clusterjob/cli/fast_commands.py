@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '5e591fe563db6ba811c6d8bfbdc5d859b9804ead0d6fe2a8ca0e55ac7b05b4fd',
+    'declared': '2a3dba906101e767740ebf3936b1056820788416a2e64fdae73bae6b71c5afa7',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

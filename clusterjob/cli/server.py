@@ -66,6 +66,7 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn, TextIO
 
+from clusterjob import lifetime
 from clusterjob.cli import client
 
 # What a submit and a status load, run in a fresh process, with the site read from its YAML
@@ -638,8 +639,10 @@ def work(
     _answer(conn, client.STARTED, os.getpid())
     if not _go_ahead(conn):
         os._exit(REFUSED_EXIT)  # the client gave up waiting and runs the command itself
+    lifetime.answer_first()  # what the command releases, it may release after its answer
     code = run_command(main, list(request["args"]))  # type: ignore[call-overload]
     _answer(conn, client.EXITED, code)
+    lifetime.answered()
     os._exit(code)
 
 

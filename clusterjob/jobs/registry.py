@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
+from clusterjob import lifetime
 from clusterjob.errors import RegistryCorrupt, RegistryError, UsageError
 from clusterjob.jobs.private_files import (
     create_private_file,
@@ -209,8 +210,8 @@ class Registry:
                 raise RegistryError(f"cannot open job registry {self.path}: {exc}") from None
             raise self._corrupt(exc) from None
         finally:
-            if conn is not None and opened:
-                conn.close()
+            if conn is not None and opened:  # a served command's answer need not wait for it
+                lifetime.after_answer(conn.close)
 
     def _open(self) -> sqlite3.Connection:
         """A new connection, the registry's file and directory made private first and its
@@ -225,9 +226,9 @@ class Registry:
             raise RegistryError(f"cannot create {self.path}: {exc.strerror}") from None
         if not self._ready:
             narrow_to_owner(Path(f"{self.path}{suffix}") for suffix in ("", "-wal", "-shm"))
+        # timeout: SQLite's busy timeout (sqlite3_busy_timeout, what PRAGMA busy_timeout sets)
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA synchronous = NORMAL")  # per connection; safe with WAL
             if not self._ready:
                 self._prepare(conn)
