@@ -14,6 +14,7 @@ tests/test_docs_diagrams.py.
 
 from __future__ import annotations
 
+import math
 import sys
 import textwrap
 from collections.abc import Callable
@@ -318,6 +319,7 @@ LAYER_WORDS = {
     "record": "frozen values for what the hooks import, without dataclasses",
     "errors": "one exception hierarchy, ExitCode",
     "envvars": "the environment variables",
+    "lifetime": "what a served command releases after its answer",
     "pci": "PCI bus IDs",
     "process": "a scheduler client run in its own process group, C locale",
     "resources": "templates, example sites",
@@ -334,6 +336,41 @@ def _architecture_rules() -> tuple[tuple[frozenset[str], ...], Path]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.FLOORS, module.PACKAGE
+
+
+BOXES_PER_ROW = 4  # the most boxes side by side whose file names fit (runtime_dir.py)
+
+
+def _floor_row(
+    body: list[str],
+    units: list[str],
+    label: Callable[[str], tuple[str, str]],
+    left: float,
+    right: float,
+    y: float,
+) -> float:
+    """One row of a floor's boxes, side by side from ``left`` to ``right`` at ``y``; its
+    height."""
+    gap = 10
+    box_w = (right - left - gap * (len(units) - 1)) / len(units)
+    chars = max(12, int((box_w - 20) / 6.6))
+    wrapped = {u: textwrap.wrap(label(u)[1], chars, break_on_hyphens=False) for u in units}
+    height = 30 + 17 * max(len(w) for w in wrapped.values()) + 12
+    for i, unit in enumerate(units):
+        x = left + i * (box_w + gap)
+        name, _ = label(unit)
+        owner = unit in ("gpu", "slurm", "gridengine")
+        body.append(
+            f'<rect x="{x:g}" y="{y:g}" width="{box_w:g}" height="{height}" rx="8" '
+            f'fill="{HIGHLIGHT if owner else CARD}" stroke="{ACCENT}" '
+            f'stroke-width="{1.8 if owner else 1.2}"/>'
+        )
+        body.append(_text(x + 10, y + 22, name, 14, mono="1", font_weight="bold"))
+        ty = y + 22
+        for line in wrapped[unit]:
+            ty += 17
+            body.append(_text(x + 10, ty, line, 12))
+    return height
 
 
 def layers() -> str:
@@ -366,29 +403,16 @@ def layers() -> str:
     rows = list(reversed(floors))
     for n, floor in enumerate(rows):
         units = sorted(floor, key=lambda u: (order.get(u, 0), u))
-        gap = 10
-        box_w = (right - left - gap * (len(units) - 1)) / len(units)
-        chars = max(12, int((box_w - 20) / 6.6))
-        wrapped = {u: textwrap.wrap(label(u)[1], chars, break_on_hyphens=False) for u in units}
-        height = 30 + 17 * max(len(w) for w in wrapped.values()) + 12
         last = n == len(rows) - 1
         floor_name = "ground floor" if last else f"floor {len(rows) - 1 - n}"
         body.append(_text(12, y + 22, floor_name, 13, fill=MUTED, font_weight="bold"))
-        for i, unit in enumerate(units):
-            x = left + i * (box_w + gap)
-            name, _ = label(unit)
-            owner = unit in ("gpu", "slurm", "gridengine")
-            body.append(
-                f'<rect x="{x:g}" y="{y:g}" width="{box_w:g}" height="{height}" rx="8" '
-                f'fill="{HIGHLIGHT if owner else CARD}" stroke="{ACCENT}" '
-                f'stroke-width="{1.8 if owner else 1.2}"/>'
-            )
-            body.append(_text(x + 10, y + 22, name, 14, mono="1", font_weight="bold"))
-            ty = y + 22
-            for line in wrapped[unit]:
-                ty += 17
-                body.append(_text(x + 10, ty, line, 12))
-        y += height
+        # a floor of many units in rows of BOXES_PER_ROW: a narrower box cuts its file name
+        row_count = math.ceil(len(units) / BOXES_PER_ROW)
+        per_row = math.ceil(len(units) / row_count)  # rows as even as they can be
+        for start in range(0, len(units), per_row):
+            if start:
+                y += 10
+            y += _floor_row(body, units[start : start + per_row], label, left, right, y)
         if n < len(rows) - 1:
             body += _arrow((left + right) / 2, y + 2, y + 20)
             y += 22
