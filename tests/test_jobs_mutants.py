@@ -1535,6 +1535,20 @@ def test_restarts_only_for_a_requeued_job_waiting_to_begin(data: Path) -> None:
 # --- the status cache ----------------------------------------------------------------------------
 
 
+def test_every_file_kept_per_cluster_reached_names_it_alike(data: Path) -> None:
+    """The status cache, the avoid list and the remote cache spell a host's label in a file
+    name one way (``slurm.ssh.file_key``): the same cluster, the same key in every name."""
+    from clusterjob.jobs.badnodes import AvoidList
+    from clusterjob.slurm.ssh import parse_target
+
+    label = parse_target("ada@login-1:2222").label
+    key = parse_target("ada@login-1:2222").key()
+    assert key == "ada@login-1_2222"  # the port's colon replaced
+    assert StatusCache(host=label).path.name == f"status-cache-{key}.json"
+    assert AvoidList(host=label).path == data / f"bad-nodes-{key}.json"
+    assert AvoidList().path.name == "bad-nodes.json"
+
+
 def test_the_cache_file_per_host(data: Path, monkeypatch) -> None:
     assert StatusCache().path == data / "status-cache.json"
     assert StatusCache(host="ada@login-1.x").path == data / "status-cache-ada@login-1.x.json"

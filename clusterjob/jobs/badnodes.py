@@ -24,6 +24,7 @@ from pathlib import Path
 
 from clusterjob.jobs.private_files import data_dir, ensure_private_dir
 from clusterjob.jobscript.requeues import PREFLIGHT_EXIT
+from clusterjob.slurm.ssh import file_key
 
 __all__ = [
     "DEFAULT_HOURS",
@@ -78,8 +79,7 @@ class AvoidList:
 
     def __init__(self, path: Path | None = None, *, host: str = "") -> None:
         if path is None:
-            safe = re.sub(r"[^A-Za-z0-9._@-]", "_", host)
-            path = data_dir() / (FILE if not host else f"bad-nodes-{safe}.json")
+            path = data_dir() / (FILE if not host else f"bad-nodes-{file_key(host)}.json")
         self.path = path
 
     def _load(self) -> list[BadNode]:

@@ -31,6 +31,7 @@ from clusterjob.jobscript.requeues import LIMIT_EXIT, limit_text, stopped_at_lim
 from clusterjob.slurm import parse
 from clusterjob.slurm.commands import COMMENT_PREFIX, SUBMIT_WINDOW, SlurmClient
 from clusterjob.slurm.parse import is_final
+from clusterjob.slurm.ssh import file_key
 from clusterjob.slurm.syntax import array_task_ids, split_array_id
 
 CACHE_FILE = "status-cache.json"
@@ -123,8 +124,7 @@ class StatusCache:
 
 
 def _host_cache_file(host: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9._@-]", "_", host)
-    return f"status-cache-{safe}.json"
+    return f"status-cache-{file_key(host)}.json"
 
 
 def cache_for(client: SlurmClient) -> StatusCache:

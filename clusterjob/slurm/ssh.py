@@ -70,7 +70,16 @@ class SshTarget:
 
     def key(self) -> str:
         """A file-name-safe form of the label (caches per host)."""
-        return re.sub(r"[^A-Za-z0-9._@-]", "_", self.label)
+        return file_key(self.label)
+
+
+_NOT_IN_A_FILE_KEY = re.compile(r"[^A-Za-z0-9._@-]")
+
+
+def file_key(label: str) -> str:
+    """A cluster's transport label (``user@host:port``, "" for this machine) as a part of a
+    file name: what is kept per cluster reached (status cache, avoid list, remote cache)."""
+    return _NOT_IN_A_FILE_KEY.sub("_", label)
 
 
 def parse_target(spec: str) -> SshTarget:
