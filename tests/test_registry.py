@@ -147,6 +147,35 @@ def test_a_connection_waits_the_busy_timeout_for_a_lock(tmp_path: Path) -> None:
     assert waits == registry.BUSY_TIMEOUT_MS
 
 
+def test_in_a_served_command_a_failed_use_closes_at_once_a_good_one_after_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served worker closes its connections after its answer (clusterjob/lifetime.py), but
+    not one whose use failed: its write transaction would hold the registry's lock until then
+    (here another writer would wait the busy timeout), and ``repair`` moves a corrupt file."""
+    from clusterjob import lifetime
+
+    monkeypatch.setattr(registry, "BUSY_TIMEOUT_MS", 300)
+    path = tmp_path / "jobs.sqlite"
+    first, other = Registry(path), Registry(path)
+    other.check()
+    closed: list[str] = []
+    lifetime.answer_first()
+    try:
+        with pytest.raises(KeyError), first._connect(write=True):
+            raise KeyError("interrupted in the middle of a write")
+        other.add(record("1", "t1"))  # the failed write's lock went with its connection
+        lifetime.after_answer(lambda: closed.append("the answer's turn"))
+        with first._connect(write=False) as conn:
+            conn.execute("SELECT count(*) FROM jobs").fetchone()
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (1,)  # still open
+    finally:
+        lifetime.answered()
+    assert closed == ["the answer's turn"]
+    with pytest.raises(sqlite3.ProgrammingError):  # closed once the answer was given
+        conn.execute("SELECT 1")
+
+
 def _corrupt(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"this is not an SQLite database, just some bytes " * 200)

@@ -190,6 +190,7 @@ class Registry:
         held = self._held
         conn = held[1] if held is not None and held[0] == threading.get_ident() else None
         opened = conn is None
+        done = False
         try:
             if conn is None:
                 conn = self._open()
@@ -198,6 +199,7 @@ class Registry:
             yield conn
             if write:
                 conn.execute("COMMIT")
+            done = True
         except sqlite3.DatabaseError as exc:
             if conn is not None and conn.in_transaction:
                 conn.rollback()
@@ -210,8 +212,10 @@ class Registry:
                 raise RegistryError(f"cannot open job registry {self.path}: {exc}") from None
             raise self._corrupt(exc) from None
         finally:
-            if conn is not None and opened:  # a served command's answer need not wait for it
-                lifetime.after_answer(conn.close)
+            if conn is not None and opened and done:  # a served command's answer need not
+                lifetime.after_answer(conn.close)  # wait for it (clusterjob/lifetime.py)
+            elif conn is not None and opened:  # one that failed closes at once: its
+                conn.close()  # transaction ends with it, and `repair` may move the file next
 
     def _open(self) -> sqlite3.Connection:
         """A new connection, the registry's file and directory made private first and its
