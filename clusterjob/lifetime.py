@@ -5,8 +5,10 @@ status and only then ends; whatever the command still has to release but that ch
 nothing anyone can see, it can release between the two, while the client goes on. The job
 registry is the case in point: the close of a database's last SQLite connection copies the
 write-ahead log into the database and syncs both to disk, ~0.8 ms of every submit
-(``Registry._connect``). Anywhere else (a command in a process of its own, the Python API)
-a release runs at once, as before. Imports nothing: the server's worker calls it before the
+(``Registry._connect``). Only a release nobody else waits for may be left: a connection
+whose use failed (a write transaction rolled back with it, its lock held until then) is
+closed at once. Anywhere else (a command in a process of its own, the Python API) a
+release runs at once, as before. Imports nothing: the server's worker calls it before the
 command's modules are in use.
 """
 
