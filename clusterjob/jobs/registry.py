@@ -212,10 +212,11 @@ class Registry:
                 raise RegistryError(f"cannot open job registry {self.path}: {exc}") from None
             raise self._corrupt(exc) from None
         finally:
-            if conn is not None and opened and done:  # a served command's answer need not
-                lifetime.after_answer(conn.close)  # wait for it (clusterjob/lifetime.py)
-            elif conn is not None and opened:  # one that failed closes at once: its
-                conn.close()  # transaction ends with it, and `repair` may move the file next
+            if conn is not None and opened:
+                if done:  # a served command's answer need not wait for it (lifetime.py)
+                    lifetime.after_answer(conn.close)
+                else:  # a failed use closes at once: its transaction ends with it, and
+                    conn.close()  # `repair` may move the file next
 
     def _open(self) -> sqlite3.Connection:
         """A new connection, the registry's file and directory made private first and its

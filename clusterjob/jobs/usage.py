@@ -108,9 +108,9 @@ def _from_record(data: dict[str, Any]) -> list[GpuUsage]:
 
 
 def usage_dir(token: str, base: Path | None = None) -> Path:
-    from clusterjob.node.usage import job_folder, usage_root
+    from clusterjob.node.usage import job_records_dir
 
-    return usage_root(base or data_dir()) / job_folder(token)
+    return job_records_dir(base or data_dir(), token)
 
 
 def read_usage(token: str, base: Path | None = None) -> tuple[GpuUsage, ...]:

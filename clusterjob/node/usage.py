@@ -39,6 +39,7 @@ __all__ = [
     "GpuSeries",
     "UsageRecord",
     "job_folder",
+    "job_records_dir",
     "record_path",
     "sample_interval",
     "sample_usage_main",
@@ -86,7 +87,7 @@ def data_dir(environ: Mapping[str, str]) -> Path:
 
 def record_path(base: Path, token: str, node: str, task: str | None = None) -> Path:
     """Where a job's usage record on ``node`` lives under the data dir ``base``."""
-    where = usage_root(base) / job_folder(token)
+    where = job_records_dir(base, token)
     if task:
         where = where / _safe(task)
     return where / f"{_safe(node)}.json"
@@ -95,6 +96,11 @@ def record_path(base: Path, token: str, node: str, task: str | None = None) -> P
 def usage_root(base: Path) -> Path:
     """The folder under the data dir ``base`` that holds every job's usage records."""
     return base / "usage"
+
+
+def job_records_dir(base: Path, token: str) -> Path:
+    """The folder under the data dir ``base`` that holds the records of the job ``token``."""
+    return usage_root(base) / job_folder(token)
 
 
 def job_folder(token: str) -> str:
