@@ -370,6 +370,15 @@ def test_is_finished_reads_the_registry_and_cache_it_is_given(data: Path) -> Non
     assert is_finished(other, client=slurm.client(), registry=registry, cache=cache)
 
 
+def test_a_status_cache_turned_off_writes_nothing(data: Path) -> None:
+    off, on = StatusCache(data / "off.json", ttl=0), StatusCache(data / "on.json", ttl=10)
+    for cache in (off, on):
+        cache.put("squeue", ["1"], 100.0, stdout="1|RUNNING")
+    assert not (data / "off.json").exists()
+    assert off.get("squeue", ["1"], 100.0) is None
+    assert on.get("squeue", ["1"], 101.0) == {"at": 100.0, "ids": ["1"], "stdout": "1|RUNNING"}
+
+
 # --- logs: one rank's or one node's lines -------------------------------------------------------
 
 SRUN_TEXT = "0: a0\n 1: a1\n2: b2\n3: b3\nno label\n10: late"

@@ -290,6 +290,22 @@ def test_a_template_record_shows_fields_only() -> None:
         assert key_info.value.args == (name,)
 
 
+@dataclass(frozen=True)
+class Swept:
+    task_args: tuple[tuple[str, ...], ...] = (("--lr", "0.1"), ("--lr", "0.2"))
+
+
+def test_a_template_record_converts_each_field_once() -> None:
+    """The shipped template reads a sweep's task list five times: converted at the first,
+    the same plain value after (a 200-task sweep converted it 1,000 times)."""
+    record = template_value(Swept())
+    assert isinstance(record, TemplateRecord)
+    first = record.task_args
+    assert first == (("--lr", "0.1"), ("--lr", "0.2"))
+    assert record.task_args is first and record["task_args"] is first
+    assert TemplateRecord(Swept()).task_args is not first  # a view of its own, converted anew
+
+
 class ShownRecord(Record):
     __slots__ = ("visible",)
     visible: str

@@ -88,10 +88,12 @@ class TemplateRecord:
     The Jinja2 sandbox only hides underscore names; it still lets a template call any public
     method of any object it reaches (``pathlib.Path.read_text``, ``write_text``...). So what a
     template sees holds only strings, numbers, booleans, None, lists, tuples, dicts and these
-    records, converted on access (a 10,000-node map costs nothing unless a template walks it).
+    records, converted on access (a 10,000-node map costs nothing unless a template walks it),
+    each field once per view: the shipped template reads a sweep's task list five times.
     """
 
-    __slots__ = ("_fields", "_obj")
+    __slots__ = ("_converted", "_fields", "_obj")
+    _converted: dict[str, object]
     _fields: frozenset[str]
     _obj: object
 
@@ -99,11 +101,15 @@ class TemplateRecord:
         object.__setattr__(self, "_obj", obj)
         names = obj._fields if isinstance(obj, Record) else [f.name for f in fields(obj)]  # type: ignore[arg-type]
         object.__setattr__(self, "_fields", frozenset(names))
+        object.__setattr__(self, "_converted", {})
 
     def __getattr__(self, name: str) -> object:
         if name.startswith("_") or name not in self._fields:
             raise AttributeError(name)
-        return template_value(getattr(self._obj, name))
+        converted = self._converted
+        if name not in converted:
+            converted[name] = template_value(getattr(self._obj, name))
+        return converted[name]
 
     def __getitem__(self, name: str) -> object:
         try:
