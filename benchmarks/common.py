@@ -175,6 +175,24 @@ def machine_line() -> dict[str, object]:
     }
 
 
+def controller_jobs(env: Mapping[str, str] | None = None) -> int | None:
+    """How many jobs the local Slurm controller holds (a pending array counts once); None
+    where squeue does not answer. ``squeue`` and ``sbatch`` take longer the more it holds
+    (``squeue --jobs`` reads the whole job table), so a ratio against them is read with it."""
+    try:
+        done = subprocess.run(
+            ["squeue", "--noheader", "--states=all", "--format=%i"],
+            env=None if env is None else dict(env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return len(done.stdout.splitlines()) if done.returncode == 0 else None
+
+
 def within(value: float, limit: float) -> bool:
     return value <= limit
 

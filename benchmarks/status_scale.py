@@ -27,6 +27,7 @@ from benchmarks.common import (
     CommandServer,
     Result,
     clusterjob_command,
+    controller_jobs,
     median,
     run_timed,
 )
@@ -156,6 +157,7 @@ def run(work: Path, *, quick: bool) -> Result:
     finally:
         if live:
             subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
+    held = controller_jobs(env)
     ours, theirs = median(times["status"]), median(times["bare"])
     described = (
         "; ".join(shlex.join(c).encode("unicode_escape").decode()[:160] for c in calls)
@@ -166,7 +168,8 @@ def run(work: Path, *, quick: bool) -> Result:
         f"bare {bare_name}, the calls `status` made",
         theirs * 1000,
         "ms",
-        note=f"median of {repeats}, each call timed alone and summed: {described}",
+        note=f"median of {repeats}, each call timed alone and summed; the controller held "
+        f"{'?' if held is None else f'{held:,}'} jobs: {described}",
     )
     if theirs > 0:
         result.compared(

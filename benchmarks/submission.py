@@ -21,6 +21,7 @@ from benchmarks.common import (
     CommandServer,
     Result,
     clusterjob_command,
+    controller_jobs,
     median,
     time_round,
 )
@@ -64,6 +65,7 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
     plain_script.write_text(rendered)
     plain = ["sbatch", "--parsable", f"--chdir={work}", str(plain_script)]
 
+    held = controller_jobs(env)  # before: the loop's own jobs are cancelled after it
     times: dict[str, list[float]] = {
         "clusterjob submit": [], SERVED: [], "sbatch": [], REFERENCE_NAME: []
     }  # fmt: skip
@@ -83,7 +85,13 @@ def run(work: Path, *, quick: bool, jobs: int | None = None) -> Result:
     finally:
         subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
     cj_median, sb_median = median(times["clusterjob submit"]), median(times["sbatch"])
-    result.add("plain sbatch, per job", sb_median * 1000, "ms", note=f"median of {n}")
+    result.add(
+        "plain sbatch, per job",
+        sb_median * 1000,
+        "ms",
+        note=f"median of {n}; the controller held {'?' if held is None else f'{held:,}'} jobs "
+        "before the loop",
+    )
     result.compared(
         SERVED,
         median(times[SERVED]),

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from clusterjob import envvars
 from clusterjob.errors import UsageError
@@ -279,147 +279,210 @@ def _status(
     settle_pending(registry, client, now)
     records, untracked, task_of = _select_tasks(registry, jobs, show_all, now)
     records, elsewhere = _by_scheduler(records)
-    live = [r for r in records if not parse.is_final(r.state)]
-    ask = sorted({r.job_id for r in live} | set(untracked))
     arrays = {r.token: array_spec(r.script) for r in records}
-
-    queued: dict[str, list[parse.QueuedJob]] = {}
-    for queued_row in _squeue(client, cache, ask, now):
-        queued.setdefault(queued_row.job_id, []).append(queued_row)
-        base, task = split_array_id(queued_row.job_id)
-        if task is not None:
-            queued.setdefault(base, []).append(queued_row)
-    # squeue cannot say how a job ended (exit code): ask sacct about ended ones too; an array
-    # whenever squeue does not show every task still going
-    missing = [i for i in ask if i not in queued or any(parse.is_final(q.state) for q in queued[i])]
-    for r in live:
-        spec = arrays[r.token]
-        if spec is not None and r.job_id not in missing:
-            going = _task_ids(queued.get(r.job_id, []), final=False)
-            if not set(_spec_ids(spec)) <= going:
-                missing.append(r.job_id)
-    accounted: dict[str, list[parse.AccountedJob]] = {}
-    accounting = True
-    rows = _sacct(client, cache, sorted(set(missing)), now)
-    if rows is None:
-        accounting = False
-    else:
-        for accounted_row in rows:
-            accounted.setdefault(accounted_row.job_id, []).append(accounted_row)
-            base, task = split_array_id(accounted_row.job_id)
-            if task is not None:
-                accounted.setdefault(base, []).append(accounted_row)
-
+    answers = _ask_slurm(client, cache, records, untracked, arrays, now)
     results: list[JobStatus] = []
     updates: list[StateUpdate] = []
     for record in records:
-        spec = arrays[record.token]
-        if spec is not None and not (parse.is_final(record.state) and not record.tasks):
-            whole, update = _array_status(
-                record,
-                spec,
-                queued.get(record.job_id, []),
-                accounted.get(record.job_id, []),
-                with_tasks=tasks or record.token in task_of,
-            )
-            if update is not None:
-                updates.append(update)
-            if record.token in task_of:
-                results.extend(_only_task(whole, record, task_of[record.token]))
-            else:
-                results.append(whole)
-            continue
-        if parse.is_final(record.state):
-            results.append(_from_record(record))
-            continue
-        q = _ours(_pick(queued.get(record.job_id), record.cluster), record)
-        a = _ours(_pick(accounted.get(record.job_id), record.cluster), record)
-        if q is None and a is None and (queued.get(record.job_id) or accounted.get(record.job_id)):
-            note = (
-                f"Slurm's job {record.job_id} is another job now (the cluster was rebuilt and "
-                "its job ids started again?); this one's end is unknown"
-            )
-            results.append(_from_record(record, state="UNKNOWN", note=note))
-            continue
-        if q is not None and not (parse.is_final(q.state) and a and parse.is_final(a.state)):
-            exit_code = _exit_code(q)
-            stdout = _expand(q.stdout, q, record) if q.stdout else None
-            stderr = _expand(q.stderr, q, record) if q.stderr else None
-            # squeue names only the nodes still completing while a job is COMPLETING: keep
-            # the whole node list recorded before (logs --node reads it once Slurm forgets).
-            nodes = None if q.state == "COMPLETING" else q.nodes
-            restarts = _restarts(client, q, record)
-            update = StateUpdate(record.token, q.cluster, q.state, q.reason, exit_code, nodes,
-                                 restarts=restarts)  # fmt: skip
-            if not (parse.is_final(q.state) and exit_code is None):
-                # A final state is recorded only with its exit code: the registry never asks
-                # Slurm about a finished job again, so the code could never be filled in.
-                updates.append(
-                    update._replace(
-                        stdout_path=stdout,
-                        stderr_path=stderr,
-                        gpus=_gpus_of(q, _requested_nodes(record)),
-                        elapsed=q.elapsed or None,
-                    )
-                )
-            shown = _from_row(q, record, "squeue")
-            results.append(_with_restarts(shown, q, restarts))
-        elif a is not None:
-            # Right after a multi-node job ends, sacct's record can name only its first node
-            # (seen: "gpu1" for gpu[1-2]) while squeue, which still has the job, names all.
-            squeue_nodes = q.nodes if q is not None and q.state != "COMPLETING" else None
-            # while squeue still has the job, so does scontrol: its last restart count
-            restarts = _restarts(client, q, record) if q is not None else None
-            updates.append(
-                StateUpdate(
-                    record.token,
-                    a.cluster,
-                    a.state,
-                    a.reason,
-                    a.exit_code,
-                    squeue_nodes or a.nodes,
-                    gpus=_gpus_of(a),
-                    elapsed=a.elapsed or None,
-                    restarts=restarts,
-                )  # fmt: skip
-            )
-            shown = _from_row(a, record, "sacct")
-            results.append(_with_restarts(shown, q, restarts) if q is not None else shown)
-        else:
-            note = (
-                "Slurm no longer reports it (it ended over MinJobAge ago?) and accounting is "
-                "off, so its end state is unknown"
-                if not accounting
-                else "neither squeue nor sacct knows this job (submitted on another cluster?)"
-            )
-            results.append(_from_record(record, state="UNKNOWN", note=note))
-    for job_id in untracked:
-        array_rows = [r for r in queued.get(job_id, []) if "_" in r.job_id]
-        array_sums = [r for r in accounted.get(job_id, []) if "_" in r.job_id]
-        if "_" not in job_id and (array_rows or array_sums):
-            # an array clusterjob did not submit: summed up as one row all the same
-            stranger = JobRecord(job_id, "", "", "", (array_rows or array_sums)[0].name, "",
-                                 "", "", "", None, 0.0)  # fmt: skip
-            whole, _ = _array_status(
-                stranger, "", array_rows, array_sums, with_tasks=tasks, identity=False
-            )
-            results.append(whole)
-            continue
-        row: parse.QueuedJob | parse.AccountedJob | None
-        row = _pick(queued.get(job_id), "") or _pick(accounted.get(job_id), "")
-        if row is None:
-            row = _task_row(queued, job_id) or _task_row(accounted, job_id)
-        if row is None:
-            raise UsageError(f"job {job_id}: Slurm does not know it")
-        source = "squeue" if isinstance(row, parse.QueuedJob) else "sacct"
-        shown = _from_row(row, None, source)
-        results.append(shown if row.job_id == job_id else _replace_id(shown, job_id))
+        shown, update = _tracked_rows(record, arrays[record.token], answers, client, tasks, task_of)
+        results += shown
+        if update is not None:
+            updates.append(update)
+    results += [_untracked_row(job_id, answers, tasks) for job_id in untracked]
     registry.update_states(updates, checked_at=now)
     by_id = {r.job_id: r for r in records}
     results = with_hardware(results, client, cache, now)
     results = with_usage(results, records)
     results += _controlled_rows(elsewhere, registry, now, tasks, task_of)
     return [_past_limit(row, by_id) for row in results]
+
+
+class _Answers(NamedTuple):
+    """What Slurm said: squeue's and sacct's rows by job id (an array task's row under its
+    array's id too); ``accounting``: whether sacct answers at all (off at some sites)."""
+
+    queued: dict[str, list[parse.QueuedJob]]
+    accounted: dict[str, list[parse.AccountedJob]]
+    accounting: bool
+
+
+def _ask_slurm(
+    client: SlurmClient,
+    cache: StatusCache,
+    records: list[JobRecord],
+    untracked: list[str],
+    arrays: dict[str, str | None],
+    now: float,
+) -> _Answers:
+    """One squeue about the jobs not known to have ended (and those asked for by id that
+    clusterjob did not submit), then one sacct about those squeue cannot answer for."""
+    live = [r for r in records if not parse.is_final(r.state)]
+    ask = sorted({r.job_id for r in live} | set(untracked))
+    queued = _by_job(_squeue(client, cache, ask, now))
+    rows = _sacct(client, cache, _to_account(ask, live, arrays, queued), now)
+    return _Answers(queued, _by_job(rows or []), rows is not None)
+
+
+def _by_job(rows: Iterable[_Row]) -> dict[str, list[_Row]]:
+    """Rows by job id; an array task's row (``ID_N``) under its array's id too."""
+    found: dict[str, list[_Row]] = {}
+    for row in rows:
+        found.setdefault(row.job_id, []).append(row)
+        base, task = split_array_id(row.job_id)
+        if task is not None:
+            found.setdefault(base, []).append(row)
+    return found
+
+
+def _to_account(
+    ask: list[str],
+    live: list[JobRecord],
+    arrays: dict[str, str | None],
+    queued: dict[str, list[parse.QueuedJob]],
+) -> list[str]:
+    """The jobs to ask sacct about. squeue cannot say how a job ended (its exit code): each
+    it does not show, or shows ended; and an array whenever squeue does not show every one of
+    its tasks still going."""
+    missing = {i for i in ask if i not in queued or any(is_final(q.state) for q in queued[i])}
+    for r in live:
+        spec = arrays[r.token]
+        if spec is not None and r.job_id not in missing:
+            going = _task_ids(queued.get(r.job_id, []), final=False)
+            if not set(_spec_ids(spec)) <= going:
+                missing.add(r.job_id)
+    return sorted(missing)
+
+
+def _tracked_rows(
+    record: JobRecord,
+    spec: str | None,
+    answers: _Answers,
+    client: SlurmClient,
+    tasks: bool,
+    task_of: dict[str, str],
+) -> tuple[list[JobStatus], StateUpdate | None]:
+    """A tracked job's row (an array's, or the one task of it asked for as ``ID_N``), and
+    what to record of what Slurm said (None: nothing)."""
+    if spec is not None and not (is_final(record.state) and not record.tasks):
+        whole, update = _array_status(
+            record,
+            spec,
+            answers.queued.get(record.job_id, []),
+            answers.accounted.get(record.job_id, []),
+            with_tasks=tasks or record.token in task_of,
+        )
+        if record.token in task_of:
+            return _only_task(whole, record, task_of[record.token]), update
+        return [whole], update
+    if is_final(record.state):
+        return [_from_record(record)], None
+    row, update = _live_row(record, answers, client)
+    return [row], update
+
+
+def _live_row(
+    record: JobRecord, answers: _Answers, client: SlurmClient
+) -> tuple[JobStatus, StateUpdate | None]:
+    """A job not known to have ended, from squeue's row, else sacct's; UNKNOWN, with nothing
+    to record, where neither has it or each has another job under its id."""
+    queued = answers.queued.get(record.job_id)
+    accounted = answers.accounted.get(record.job_id)
+    q = _ours(_pick(queued, record.cluster), record)
+    a = _ours(_pick(accounted, record.cluster), record)
+    if q is None and a is None and (queued or accounted):
+        note = (
+            f"Slurm's job {record.job_id} is another job now (the cluster was rebuilt and "
+            "its job ids started again?); this one's end is unknown"
+        )
+        return _from_record(record, state="UNKNOWN", note=note), None
+    if q is not None and not (is_final(q.state) and a and is_final(a.state)):
+        return _from_squeue(record, q, client)
+    if a is not None:
+        return _from_sacct(record, a, q, client)
+    note = (
+        "Slurm no longer reports it (it ended over MinJobAge ago?) and accounting is off, so "
+        "its end state is unknown"
+        if not answers.accounting
+        else "neither squeue nor sacct knows this job (submitted on another cluster?)"
+    )
+    return _from_record(record, state="UNKNOWN", note=note), None
+
+
+def _from_squeue(
+    record: JobRecord, q: parse.QueuedJob, client: SlurmClient
+) -> tuple[JobStatus, StateUpdate | None]:
+    """The row squeue gives a tracked job, and what to record of it."""
+    exit_code = _exit_code(q)
+    restarts = _restarts(client, q, record)
+    update = None
+    if not (is_final(q.state) and exit_code is None):
+        # A final state is recorded only with its exit code: the registry never asks Slurm
+        # about a finished job again, so the code could never be filled in.
+        update = StateUpdate(
+            record.token,
+            q.cluster,
+            q.state,
+            q.reason,
+            exit_code,
+            # squeue names only the nodes still completing while a job is COMPLETING: keep
+            # the whole node list recorded before (logs --node reads it once Slurm forgets).
+            nodes=None if q.state == "COMPLETING" else q.nodes,
+            stdout_path=_expand(q.stdout, q, record) if q.stdout else None,
+            stderr_path=_expand(q.stderr, q, record) if q.stderr else None,
+            gpus=_gpus_of(q, _requested_nodes(record)),
+            elapsed=q.elapsed or None,
+            restarts=restarts,
+        )
+    return _with_restarts(_from_row(q, record, "squeue"), q, restarts), update
+
+
+def _from_sacct(
+    record: JobRecord, a: parse.AccountedJob, q: parse.QueuedJob | None, client: SlurmClient
+) -> tuple[JobStatus, StateUpdate]:
+    """The row sacct gives a tracked job (squeue has it ended, or not at all), and what to
+    record of it."""
+    # Right after a multi-node job ends, sacct's record can name only its first node (seen:
+    # "gpu1" for gpu[1-2]) while squeue, which still has the job, names all.
+    squeue_nodes = q.nodes if q is not None and q.state != "COMPLETING" else None
+    # while squeue still has the job, so does scontrol: its last restart count
+    restarts = _restarts(client, q, record) if q is not None else None
+    update = StateUpdate(
+        record.token,
+        a.cluster,
+        a.state,
+        a.reason,
+        a.exit_code,
+        squeue_nodes or a.nodes,
+        gpus=_gpus_of(a),
+        elapsed=a.elapsed or None,
+        restarts=restarts,
+    )
+    shown = _from_row(a, record, "sacct")
+    return (_with_restarts(shown, q, restarts) if q is not None else shown), update
+
+
+def _untracked_row(job_id: str, answers: _Answers, tasks: bool) -> JobStatus:
+    """A job asked for by id that clusterjob did not submit, as Slurm has it (an array's
+    tasks summed up as one row, as a tracked array's are)."""
+    queued, accounted = answers.queued, answers.accounted
+    array_rows = [r for r in queued.get(job_id, []) if "_" in r.job_id]
+    array_sums = [r for r in accounted.get(job_id, []) if "_" in r.job_id]
+    if "_" not in job_id and (array_rows or array_sums):
+        stranger = JobRecord(job_id, "", "", "", (array_rows or array_sums)[0].name, "",
+                             "", "", "", None, 0.0)  # fmt: skip
+        whole, _ = _array_status(
+            stranger, "", array_rows, array_sums, with_tasks=tasks, identity=False
+        )
+        return whole
+    row: parse.QueuedJob | parse.AccountedJob | None
+    row = _pick(queued.get(job_id), "") or _pick(accounted.get(job_id), "")
+    if row is None:
+        row = _task_row(queued, job_id) or _task_row(accounted, job_id)
+    if row is None:
+        raise UsageError(f"job {job_id}: Slurm does not know it")
+    source = "squeue" if isinstance(row, parse.QueuedJob) else "sacct"
+    shown = _from_row(row, None, source)
+    return shown if row.job_id == job_id else _replace_id(shown, job_id)
 
 
 def _by_scheduler(records: list[JobRecord]) -> tuple[list[JobRecord], list[JobRecord]]:

@@ -16,6 +16,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import hostlist
 
@@ -189,12 +190,21 @@ def _models_in(site: Site, partition: Partition) -> list[str]:
 
 def _check_text_fields(request: JobRequest) -> None:
     """Refuse values that cannot be written into the script, before anything else."""
-    directive_fields = (
-        "partition", "time", "account", "qos", "mem_per_gpu", "job_name", "array",
-        "dependency", "output", "error", "signal", "exclude", "nodelist", "mail_type",
-        "mail_user", "constraint",
-    )  # fmt: skip
-    for name in directive_fields:
+    _check_directive_values(request)
+    _check_words(request)
+    _check_counts(request)
+
+
+_DIRECTIVE_FIELDS = (
+    "partition", "time", "account", "qos", "mem_per_gpu", "job_name", "array", "dependency",
+    "output", "error", "signal", "exclude", "nodelist", "mail_type", "mail_user", "constraint",
+)  # fmt: skip
+
+
+def _check_directive_values(request: JobRequest) -> None:
+    """The options written as ``#SBATCH`` lines: one line each, not empty; --sbatch-arg an
+    option; --mem-per-gpu a Slurm memory size."""
+    for name in _DIRECTIVE_FIELDS:
         value = getattr(request, name)
         if value is not None:
             if value == "":
@@ -210,6 +220,11 @@ def _check_text_fields(request: JobRequest) -> None:
             raise UsageError(
                 f"--sbatch-arg {arg!r} is not an sbatch option (expected --name=value)"
             )
+
+
+def _check_words(request: JobRequest) -> None:
+    """The script, its arguments and each sweep task's: no NUL byte; a script named; the
+    submission token as clusterjob makes them."""
     check_no_nul(request.script, "the script path")
     if not request.script:
         raise UsageError("no script given")
@@ -220,6 +235,10 @@ def _check_text_fields(request: JobRequest) -> None:
             check_no_nul(arg, "a sweep argument")
     if not _TOKEN.fullmatch(request.token):
         raise UsageError(f"bad submission token {request.token!r}")
+
+
+def _check_counts(request: JobRequest) -> None:
+    """Nodes, tasks and CPUs at least 1; GPUs 0 or more, and no per-GPU option without."""
     for name in ("nodes", "tasks_per_node"):
         value = getattr(request, name)
         if value is not None and value < 1:
@@ -823,54 +842,15 @@ def resolve(
     _check_retry_bad_node(request)
     _check_node_names(site, request)
     request, notes = _array_and_signal(request)
-    model: GpuModel | None = None
-    if request.gpus == 0:
-        partition, eligible = _cpu_partition(site, request)
-    else:
-        model = _find_model(site, request)
-        _within_model_cap(model, request)
-        partition, eligible = _choose_partition(site, model, request)
-        if site.gpu_syntax.name != "gres+constraint":  # that syntax needs the feature
-            nodes = (site.gres_models(n) for n in partition.node_names)
-            model = directives.without_group_feature(model, (m for m in nodes if m))
-        _check_pinned(site, partition, model)
+    model, partition, eligible = _model_and_partition(site, request)
     defaults = directives.effective_defaults(
         site.defaults, partition.defaults, model.defaults if model else JobDefaults()
     )
-    time = request.time if request.time is not None else defaults.time
-    seconds: int | None = None
-    if time is not None:
-        try:
-            seconds = time_seconds(time)
-        except ValueError as exc:
-            raise UsageError(f"--time: {exc}") from None
-        limit = time_seconds(partition.time_limit) if partition.time_limit else None
-        if limit is not None and (seconds is None or seconds > limit):
-            raise UsageError(
-                f"--time {time} is longer than partition {partition.name}'s limit "
-                f"{partition.time_limit} at site {site.name}"
-            )
-    if model is None:
-        gres, constraint = GresRequest((), 0, request.nodes, None), request.constraint
-    else:
-        gres, constraint = gres_request(
-            site, model, request.gpus, request.nodes, request.constraint
-        )
-        if site.gpu_syntax.name == "gpus" and request.nodes > 1:
-            if site.form.multi_node == "per-node":
-                per_node = f"--gpus-per-node={gres.gres_type + ':' if gres.gres_type else ''}"
-                gres = replace(
-                    gres,
-                    options=tuple(
-                        f"{per_node}{request.gpus}" if o.startswith("--gpus=") else o
-                        for o in gres.options
-                    ),
-                )
-            else:
-                notes += (
-                    f"--gpus={request.gpus * request.nodes} is a total over {request.nodes} "
-                    "nodes: Slurm may split it unevenly (the preflight checks each node's share)",
-                )
+    time, seconds = _time_within_limit(
+        site, partition, request.time if request.time is not None else defaults.time
+    )
+    gres, constraint, split_note = _gpu_request(site, model, request)
+    notes += split_note
     extra_gres, user_args = directives.split_sbatch_args(request.sbatch_args, model is not None)
     extra = directives.merge_gres(
         defaults.gres, directives.check_gres(request.gres, "--gres"), extra_gres
@@ -881,12 +861,7 @@ def resolve(
     _check_qos_limits(site, partition, qos, request, time, seconds)
     if time is None:
         time = _qos_time(site, partition, qos)
-    if request.account is not None and request.project is not None:
-        raise UsageError("--account and --project exclude each other: --account is used as given")
-    account = request.account
-    if account is None:
-        account = directives.account_for(defaults.account, request.project, site.name)
-        _check_account(site, partition, account, defaults.account, environ)
+    account = _job_account(site, partition, request, defaults, environ)
     interpreter = None
     if choose_interpreter:
         interpreter = _interpreter(
@@ -900,35 +875,9 @@ def resolve(
             conda=interpreter.conda,
             python_why=interpreter.why,
         )
-    if model is None:  # per-GPU defaults mean nothing without GPUs (Slurm refuses them)
-        defaults = replace(defaults, cpus_per_gpu=None, mem_per_gpu=None)
-    cpus_per_gpu = (
-        request.cpus_per_gpu if request.cpus_per_gpu is not None else defaults.cpus_per_gpu
-    )
-    mem_per_gpu = request.mem_per_gpu if request.mem_per_gpu is not None else defaults.mem_per_gpu
-    sbatch_tasks, cpus_per_task = None, None
-    one_task_per_gpu = site.gpu_syntax.name == "gpus-per-task"
-    asked_tasks = request.tasks_per_node
-    if asked_tasks is None:
-        asked_tasks = _site_task_count(site, defaults, model is not None)
-    if model is not None and one_task_per_gpu and asked_tasks not in (None, request.gpus):
-        raise UsageError(
-            f"--tasks-per-node {asked_tasks}: site {site.name} gives each task one GPU "
-            f"({site.gpu_syntax.usage}), so {request.gpus} GPU(s) a node are "
-            f"{request.gpus} task(s) a node: drop --tasks-per-node"
-        )
-    if model is not None and (site.form.cpus == "cpus-per-task" or one_task_per_gpu):
-        # one task per GPU unless asked otherwise (e.g. one task driving a node's GPUs)
-        sbatch_tasks = asked_tasks if asked_tasks is not None else request.gpus
-        if cpus_per_gpu is not None:
-            cpus_per_task = max(1, cpus_per_gpu * request.gpus // sbatch_tasks)
-    if request.cpus_per_gpu is None and defaults.cpus_per_task is not None:
-        cpus_per_gpu, cpus_per_task = None, defaults.cpus_per_task
-    mem = None
-    if model is not None and site.form.memory == "mem" and mem_per_gpu is not None:
-        mem = _times(mem_per_gpu, request.gpus)
+    layout = _task_layout(site, request, defaults, model is not None)
     runs_python, argv = program_argv(request)
-    launcher = choose_launcher(replace(request, tasks_per_node=asked_tasks))
+    launcher = choose_launcher(replace(request, tasks_per_node=layout.tasks_per_node))
     job_name = request.job_name or Path(request.script).stem or "clusterjob"
     return ResolvedJob(
         request=request,
@@ -938,12 +887,12 @@ def resolve(
         gres=gres,
         nodes=request.nodes,
         gpus_per_node=request.gpus,
-        tasks_per_node=asked_tasks or 1,
+        tasks_per_node=layout.tasks_per_node or 1,
         job_name=check_directive_value(job_name, "the job name"),
         account=account,
         qos=qos,
-        cpus_per_gpu=cpus_per_gpu,
-        mem_per_gpu=mem_per_gpu,
+        cpus_per_gpu=layout.cpus_per_gpu,
+        mem_per_gpu=layout.mem_per_gpu,
         time=time,
         constraint=constraint,
         eligible_nodes=tuple(eligible),
@@ -956,12 +905,134 @@ def resolve(
         env=check_setup(request),
         partition_option=partition.submit_as == "partition",
         sbatch_args=sbatch_args,
-        sbatch_tasks_per_node=sbatch_tasks,
-        cpus_per_task=cpus_per_task,
-        mem=mem,
+        sbatch_tasks_per_node=layout.sbatch_tasks_per_node,
+        cpus_per_task=layout.cpus_per_task,
+        mem=layout.mem,
         preflight=partition.preflight or site.preflight,
         max_requeues=_max_requeues(request, defaults),
     )
+
+
+def _model_and_partition(
+    site: Site, request: JobRequest
+) -> tuple[GpuModel | None, Partition, list[str]]:
+    """The GPU model asked for (None: a CPU-only job), as this site names it, and the
+    partition that holds it with its eligible nodes."""
+    if request.gpus == 0:
+        partition, eligible = _cpu_partition(site, request)
+        return None, partition, eligible
+    model = _find_model(site, request)
+    _within_model_cap(model, request)
+    partition, eligible = _choose_partition(site, model, request)
+    if site.gpu_syntax.name != "gres+constraint":  # that syntax needs the feature
+        nodes = (site.gres_models(n) for n in partition.node_names)
+        model = directives.without_group_feature(model, (m for m in nodes if m))
+    _check_pinned(site, partition, model)
+    return model, partition, eligible
+
+
+def _time_within_limit(
+    site: Site, partition: Partition, time: str | None
+) -> tuple[str | None, int | None]:
+    """The time asked for (or the defaults'), and its seconds; an error past the partition's
+    limit."""
+    if time is None:
+        return None, None
+    try:
+        seconds = time_seconds(time)
+    except ValueError as exc:
+        raise UsageError(f"--time: {exc}") from None
+    limit = time_seconds(partition.time_limit) if partition.time_limit else None
+    if limit is not None and (seconds is None or seconds > limit):
+        raise UsageError(
+            f"--time {time} is longer than partition {partition.name}'s limit "
+            f"{partition.time_limit} at site {site.name}"
+        )
+    return time, seconds
+
+
+def _gpu_request(
+    site: Site, model: GpuModel | None, request: JobRequest
+) -> tuple[GresRequest, str | None, tuple[str, ...]]:
+    """The GPUs in the site's own syntax, its constraint, and a note where that syntax
+    cannot say a multi-node job's GPUs per node."""
+    if model is None:
+        return GresRequest((), 0, request.nodes, None), request.constraint, ()
+    gres, constraint = gres_request(site, model, request.gpus, request.nodes, request.constraint)
+    if site.gpu_syntax.name != "gpus" or request.nodes <= 1:
+        return gres, constraint, ()
+    if site.form.multi_node != "per-node":
+        note = (
+            f"--gpus={request.gpus * request.nodes} is a total over {request.nodes} nodes: "
+            "Slurm may split it unevenly (the preflight checks each node's share)"
+        )
+        return gres, constraint, (note,)
+    per_node = f"--gpus-per-node={gres.gres_type + ':' if gres.gres_type else ''}"
+    options = tuple(
+        f"{per_node}{request.gpus}" if o.startswith("--gpus=") else o for o in gres.options
+    )
+    return replace(gres, options=options), constraint, ()
+
+
+def _job_account(
+    site: Site,
+    partition: Partition,
+    request: JobRequest,
+    defaults: JobDefaults,
+    environ: Mapping[str, str] | None,
+) -> str | None:
+    """--account as given, else the site's for --project (or its default), checked."""
+    if request.account is not None and request.project is not None:
+        raise UsageError("--account and --project exclude each other: --account is used as given")
+    if request.account is not None:
+        return request.account
+    account = directives.account_for(defaults.account, request.project, site.name)
+    _check_account(site, partition, account, defaults.account, environ)
+    return account
+
+
+class _TaskLayout(NamedTuple):
+    """A job's tasks, CPUs and memory as its directives say them."""
+
+    tasks_per_node: int | None  # asked for, or the site's count
+    sbatch_tasks_per_node: int | None  # written as --ntasks-per-node (one task per GPU...)
+    cpus_per_gpu: int | None
+    cpus_per_task: int | None
+    mem_per_gpu: str | None
+    mem: str | None  # --mem, where the site gives memory per node
+
+
+def _task_layout(
+    site: Site, request: JobRequest, defaults: JobDefaults, has_gpus: bool
+) -> _TaskLayout:
+    if not has_gpus:  # per-GPU defaults mean nothing without GPUs (Slurm refuses them)
+        defaults = replace(defaults, cpus_per_gpu=None, mem_per_gpu=None)
+    cpus_per_gpu = (
+        request.cpus_per_gpu if request.cpus_per_gpu is not None else defaults.cpus_per_gpu
+    )
+    mem_per_gpu = request.mem_per_gpu if request.mem_per_gpu is not None else defaults.mem_per_gpu
+    sbatch_tasks, cpus_per_task = None, None
+    one_task_per_gpu = site.gpu_syntax.name == "gpus-per-task"
+    asked_tasks = request.tasks_per_node
+    if asked_tasks is None:
+        asked_tasks = _site_task_count(site, defaults, has_gpus)
+    if has_gpus and one_task_per_gpu and asked_tasks not in (None, request.gpus):
+        raise UsageError(
+            f"--tasks-per-node {asked_tasks}: site {site.name} gives each task one GPU "
+            f"({site.gpu_syntax.usage}), so {request.gpus} GPU(s) a node are "
+            f"{request.gpus} task(s) a node: drop --tasks-per-node"
+        )
+    if has_gpus and (site.form.cpus == "cpus-per-task" or one_task_per_gpu):
+        # one task per GPU unless asked otherwise (e.g. one task driving a node's GPUs)
+        sbatch_tasks = asked_tasks if asked_tasks is not None else request.gpus
+        if cpus_per_gpu is not None:
+            cpus_per_task = max(1, cpus_per_gpu * request.gpus // sbatch_tasks)
+    if request.cpus_per_gpu is None and defaults.cpus_per_task is not None:
+        cpus_per_gpu, cpus_per_task = None, defaults.cpus_per_task
+    mem = None
+    if has_gpus and site.form.memory == "mem" and mem_per_gpu is not None:
+        mem = _times(mem_per_gpu, request.gpus)
+    return _TaskLayout(asked_tasks, sbatch_tasks, cpus_per_gpu, cpus_per_task, mem_per_gpu, mem)
 
 
 def _check_retry_bad_node(request: JobRequest) -> None:
