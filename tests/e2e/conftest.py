@@ -19,7 +19,7 @@ import pytest
 
 from clusterjob.api.cluster import Cluster
 from clusterjob.jobs.status import JobStatus
-from clusterjob.sandbox import cluster
+from clusterjob.sandbox import cluster, host
 from clusterjob.sandbox.config import Layout
 from clusterjob.slurm.parse import is_final
 
@@ -148,6 +148,50 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     env = dict(os.environ, **cluster.client_env(state_dir))
     env["CLUSTERJOB_SANDBOX_DIR"] = str(state_dir)
     yield Sandbox(state_dir, env, tmp_path_factory.mktemp("slurm-cwd"))
+
+
+# Daemons of the sandbox that had died and were started again, said at the end of the run.
+RESTARTED: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _daemons_running(request: pytest.FixtureRequest) -> None:
+    """Before each test on the sandbox: every one of its daemons still runs, or is started
+    again (``start_dead_daemons``) and said so, here and at the end of the run."""
+    if "sandbox" not in request.fixturenames:
+        return
+    dead = start_dead_daemons(request.getfixturevalue("sandbox"))
+    if not dead:
+        return
+    said = f"sandbox: {', '.join(dead)} had died; started again before {request.node.nodeid}"
+    RESTARTED.append(said)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(said, yellow=True)
+
+
+def start_dead_daemons(sandbox: Sandbox) -> list[str]:
+    """The sandbox's daemons that had died (each with its log), started again as `clusterjob
+    sandbox up` starts what is not running. Slurm 22.05's slurmd was seen to die of a
+    segmentation fault in the middle of a run (a NULL read, in the kernel's log); its node was
+    then DOWN, "Not responding", and every later test that needed it failed."""
+    layout = sandbox.layout
+    dead = []
+    for name in cluster.daemon_names(layout):
+        record = host.read_pid(layout.pid_dir, name)
+        if record is None or not record.alive():
+            dead.append(f"{name} (its log: {record.log})" if record else name)
+    if dead:
+        cluster.up(sandbox.state_dir)
+    return dead
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if RESTARTED:
+        terminalreporter.section("sandbox daemons started again during the run")
+        for said in RESTARTED:
+            terminalreporter.write_line(said)
 
 
 @pytest.fixture(scope="session")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from clusterjob.sandbox import host
 from clusterjob.sandbox.config import HOSTS_MARKER, SANDBOX_NODES
 
-from .conftest import Sandbox, clusterjob_cli
+from .conftest import Sandbox, clusterjob_cli, start_dead_daemons, until
 
 pytestmark = pytest.mark.slurm
 
@@ -124,6 +127,22 @@ def test_up_again_is_a_quick_no_op(sandbox: Sandbox) -> None:
     assert st.returncode == 0, st.stdout + st.stderr
     assert "sandbox up" in st.stdout
     assert "slurmd-h1" in st.stdout and "stopped" not in st.stdout
+
+
+def test_a_slurmd_that_died_is_started_again_before_the_next_test(sandbox: Sandbox) -> None:
+    """What every test on the sandbox starts with (conftest's ``_daemons_running``): a slurmd
+    killed mid-run is running again, its node answers, and a job runs on it."""
+    record = host.read_pid(sandbox.layout.pid_dir, "slurmd-gpu2")
+    assert record is not None and record.alive()
+    os.kill(record.pid, signal.SIGKILL)
+    until("slurmd-gpu2 gone", lambda: not record.alive(), timeout=10)
+    (said,) = start_dead_daemons(sandbox)
+    assert said.startswith("slurmd-gpu2 (its log: ") and said.endswith("slurmd-gpu2.log)")
+    assert start_dead_daemons(sandbox) == []
+    again = host.read_pid(sandbox.layout.pid_dir, "slurmd-gpu2")
+    assert again is not None and again.alive() and again.pid != record.pid
+    job = sandbox.sbatch("-p", "gpu", "-w", "gpu2", "-o", "/dev/null", "--wrap", "true")
+    assert sandbox.wait_job(job)["JobState"] == "COMPLETED"
 
 
 def test_down_then_up(sandbox: Sandbox) -> None:
