@@ -7,7 +7,9 @@ live ones, real jobs held in the local Slurm (``--hold``, ``--begin=now+1hour``:
 runs; cancelled by their unique name at the end). One ``status`` runs under logging wrappers
 that record each Slurm client call with its arguments; then ``status`` (its status cache
 off, so every run asks Slurm) and those very calls run bare, interleaved, and the ratio is
-printed.
+printed. Then (not with ``--quick``) the served ``status`` and its calls again, with the
+controller filled to a busy cluster's ``BUSY_JOBS`` by held jobs: ``squeue --jobs`` reads the
+controller's whole job table, so its time, and the ratio, depend on how many jobs it holds.
 """
 
 from __future__ import annotations
@@ -104,6 +106,39 @@ def seed(data: Path, ended: int, live: dict[str, str], cluster: str) -> None:
     Registry(data / REGISTRY_FILE).add(*records)
 
 
+BUSY_JOBS = 7_500  # a busy cluster's controller: Slurm's default MaxJobCount is 10,000
+BUSY_REPEATS = 11
+
+
+def _on_a_busy_controller(
+    served_env: dict[str, str],
+    status: list[str],
+    bare: list[list[str]],
+    env: dict[str, str],
+    name: str,
+    work: Path,
+) -> tuple[int, float, float] | None:
+    """The served ``status`` and its bare calls again, with the controller holding
+    ``BUSY_JOBS`` jobs (held ones of ``name`` added, cancelled with the live ones): (jobs
+    held, served median, bare median); None where it could not be filled."""
+    held = controller_jobs(env)
+    if held is None:
+        return None
+    fill = ["sbatch", "--hold", f"--job-name={name}", f"--chdir={work}", "--output=/dev/null",
+            "--wrap=true"]  # fmt: skip
+    for _ in range(BUSY_JOBS - held):
+        if subprocess.run(fill, env=env, capture_output=True, check=False).returncode != 0:
+            return None  # the controller's MaxJobCount, most likely
+    times: dict[str, list[float]] = {"served": [], "bare": []}
+    for i in range(BUSY_REPEATS):
+        for which in ("served", "bare") if i % 2 else ("bare", "served"):
+            if which == "served":
+                times["served"].append(run_timed(status, served_env))
+            else:
+                times["bare"].append(sum(run_timed(cmd, env) for cmd in bare))
+    return controller_jobs(env) or held, median(times["served"]), median(times["bare"])
+
+
 def run(work: Path, *, quick: bool) -> Result:
     result = Result("status_scale", "`clusterjob status` with a full registry vs bare Slurm calls")
     if shutil.which("squeue") is None or shutil.which("sbatch") is None:
@@ -154,10 +189,13 @@ def run(work: Path, *, quick: bool) -> Result:
                     else:  # the floor of any Python command
                         times[which].append(run_timed(REFERENCE, env))
             served = server.served("status", repeats)
+            held = controller_jobs(env)
+            busy = None
+            if not quick:  # and then on a controller as busy as a real cluster's
+                busy = _on_a_busy_controller(server.env, status, bare, env, name, work)
     finally:
         if live:
             subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
-    held = controller_jobs(env)
     ours, theirs = median(times["status"]), median(times["bare"])
     described = (
         "; ".join(shlex.join(c).encode("unicode_escape").decode()[:160] for c in calls)
@@ -209,6 +247,25 @@ def run(work: Path, *, quick: bool) -> Result:
             note="the least a command costs that starts Python and then makes these calls: any "
             "Python CLI, the command server's client too (its worker makes the calls); a target "
             "below this ratio needs a client that is not a Python program",
+        )
+    if busy is not None:
+        held_busy, busy_served, busy_bare = busy
+        result.add(
+            f"bare {bare_name}, the controller holding {held_busy:,} jobs",
+            busy_bare * 1000,
+            "ms",
+            note=f"median of {BUSY_REPEATS}, the same calls; the controller filled with held "
+            "jobs (cancelled after) to a busy cluster's size: squeue reads its whole job table",
+        )
+        result.compared(
+            f"clusterjob status, {total:,} jobs in the registry ({live_count} live), served, "
+            f"the controller holding {held_busy:,} jobs",
+            busy_served,
+            f"bare {bare_name}, the controller holding {held_busy:,} jobs",
+            busy_bare,
+            TARGET_RATIO,
+            note=f"median of {BUSY_REPEATS}, interleaved: what `status` adds to its squeue does "
+            "not grow with the controller, squeue does",
         )
     result.add(
         "Slurm calls, one `status`",

@@ -174,7 +174,7 @@ def sweep(
     Interleaved with them, where the sweep's time goes: a one-job ``submit`` (what the tasks
     add over it is the per-task cost) and the sweep's ``--dry-run`` (everything before Slurm:
     the interpreter, imports, the site, rendering; the rest is sbatch and the registry)."""
-    tasks, rounds = (20, 3) if quick else (SWEEP_TASKS, 9)
+    tasks, rounds = (20, 3) if quick else (SWEEP_TASKS, 21)
     name = f"cjsweep-{os.getpid()}-{int(time.time())}"
     values = ",".join(str(i) for i in range(tasks))
     swept = [*cj[:-3], "--job-name", name, cj[-1], "--sweep", f"i={values}"]

@@ -397,6 +397,10 @@ def slurm_conf(
         "MpiDefault=none",
         "ReturnToService=2",
         "MinJobAge=3600",
+        # Room for a busy cluster's job table beside a day of tests: the benchmarks fill the
+        # controller to 7,500 jobs (squeue's cost grows with it), and an ended or cancelled
+        # job stays for MinJobAge; at Slurm's default of 10,000 a second run was refused.
+        "MaxJobCount=50000",
         "KillWait=5",
         "InactiveLimit=0",
         "SlurmdTimeout=120",
