@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import random
@@ -10,7 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -140,19 +141,24 @@ def interleaved(
     Interleaving spreads the noise of a shared machine (another process taking a core for a
     second) over every command alike instead of charging it to whichever ran then.
     """
-    names = list(commands)
     for _ in range(warmup):  # page cache, .pyc files
-        for name in names:
-            cmd, env = commands[name]
+        for cmd, env in commands.values():
             run_timed(cmd, env)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    rng = random.Random(1)
+    runs = {name: functools.partial(run_timed, cmd, env) for name, (cmd, env) in commands.items()}
+    return interleaved_runs(runs, repeats, random.Random(1))
+
+
+def interleaved_runs(
+    runs: Mapping[str, Callable[[], float]], repeats: int, rng: random.Random
+) -> dict[str, list[float]]:
+    """``interleaved`` of anything timed (a label and what times one run of it: several
+    commands summed, ...): ``repeats`` rounds, each in a new order drawn from ``rng``."""
+    times: dict[str, list[float]] = {label: [] for label in runs}
     for _ in range(repeats):
-        order = names[:]
+        order = list(runs)
         rng.shuffle(order)
-        for name in order:
-            cmd, env = commands[name]
-            times[name].append(run_timed(cmd, env))
+        for label in order:
+            times[label].append(runs[label]())
     return times
 
 

@@ -10,6 +10,7 @@ run with logging wrappers on PATH, and its Slurm calls counted (target: at most 
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.common import Result, clusterjob_command, median
+from benchmarks.common import Result, clusterjob_command, interleaved_runs, median
 from benchmarks.slurm_load import count_calls, wrap_clients
 
 TARGET_CALLS = 4
@@ -110,18 +111,16 @@ def _parse_only(nodes: str) -> Callable[[], object]:
 
 
 def _timed(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {n: [] for n in runs}
     for fn in runs.values():
         fn()  # warm: imports, regex caches
-    rng = random.Random(1)
-    for _ in range(repeats):
-        order = list(runs)
-        rng.shuffle(order)
-        for name in order:
-            start = time.perf_counter()
-            runs[name]()
-            times[name].append(time.perf_counter() - start)
-    return {n: median(t) for n, t in times.items()}
+    timed = {name: functools.partial(_seconds, fn) for name, fn in runs.items()}
+    return {n: median(t) for n, t in interleaved_runs(timed, repeats, random.Random(1)).items()}
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def run(work: Path, *, quick: bool) -> Result:

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.common import (
@@ -30,6 +31,7 @@ from benchmarks.common import (
     Result,
     clusterjob_command,
     controller_jobs,
+    interleaved_runs,
     median,
     run_timed,
 )
@@ -111,32 +113,18 @@ BUSY_REPEATS = 11
 
 
 def _on_a_busy_controller(
-    served_env: dict[str, str],
-    status: list[str],
-    bare: list[list[str]],
-    env: dict[str, str],
-    name: str,
-    work: Path,
-) -> tuple[int, float, float] | None:
-    """The served ``status`` and its bare calls again, with the controller holding
-    ``BUSY_JOBS`` jobs (held ones of ``name`` added, cancelled with the live ones): (jobs
-    held, served median, bare median); None where it could not be filled."""
-    held = controller_jobs(env)
-    if held is None:
-        return None
+    runs: dict[str, Callable[[], float]], held: int, env: dict[str, str], name: str, work: Path
+) -> tuple[int, dict[str, list[float]]] | None:
+    """``runs`` again, with the controller holding ``BUSY_JOBS`` jobs (it held ``held``;
+    held ones of ``name`` added, cancelled with the live ones): the jobs it held then, and
+    the times; None where it could not be filled."""
     fill = ["sbatch", "--hold", f"--job-name={name}", f"--chdir={work}", "--output=/dev/null",
             "--wrap=true"]  # fmt: skip
     for _ in range(BUSY_JOBS - held):
         if subprocess.run(fill, env=env, capture_output=True, check=False).returncode != 0:
             return None  # the controller's MaxJobCount, most likely
-    times: dict[str, list[float]] = {"served": [], "bare": []}
-    for i in range(BUSY_REPEATS):
-        for which in ("served", "bare") if i % 2 else ("bare", "served"):
-            if which == "served":
-                times["served"].append(run_timed(status, served_env))
-            else:
-                times["bare"].append(sum(run_timed(cmd, env) for cmd in bare))
-    return controller_jobs(env) or held, median(times["served"]), median(times["bare"])
+    times = interleaved_runs(runs, BUSY_REPEATS, random.Random(5))
+    return controller_jobs(env) or BUSY_JOBS, times
 
 
 def run(work: Path, *, quick: bool) -> Result:
@@ -173,26 +161,21 @@ def run(work: Path, *, quick: bool) -> Result:
         run_timed(status, logged)
         calls = logged_calls(log)
         bare = [[real.get(c[0], c[0]), *c[1:]] for c in calls]
-        times: dict[str, list[float]] = {"status": [], "served": [], "bare": [], REFERENCE_NAME: []}
-        rng = random.Random(4)
         with CommandServer(env) as server:
-            for _ in range(repeats):
-                order = list(times)
-                rng.shuffle(order)
-                for which in order:
-                    if which == "status":
-                        times["status"].append(run_timed(status, env))
-                    elif which == "served":
-                        times["served"].append(run_timed(status, server.env))
-                    elif which == "bare":
-                        times["bare"].append(sum(run_timed(cmd, env) for cmd in bare))
-                    else:  # the floor of any Python command
-                        times[which].append(run_timed(REFERENCE, env))
+            runs: dict[str, Callable[[], float]] = {
+                "status": lambda: run_timed(status, env),
+                "served": lambda: run_timed(status, server.env),
+                "bare": lambda: sum(run_timed(cmd, env) for cmd in bare),
+                REFERENCE_NAME: lambda: run_timed(REFERENCE, env),  # any Python command's floor
+            }
+            times = interleaved_runs(runs, repeats, random.Random(4))
             served = server.served("status", repeats)
             held = controller_jobs(env)
             busy = None
-            if not quick:  # and then on a controller as busy as a real cluster's
-                busy = _on_a_busy_controller(server.env, status, bare, env, name, work)
+            if not quick and held is not None:  # then on a controller as busy as a cluster's
+                busy = _on_a_busy_controller(
+                    {k: runs[k] for k in ("served", "bare")}, held, env, name, work
+                )
     finally:
         if live:
             subprocess.run(["scancel", f"--name={name}"], capture_output=True, check=False)
@@ -249,7 +232,8 @@ def run(work: Path, *, quick: bool) -> Result:
             "below this ratio needs a client that is not a Python program",
         )
     if busy is not None:
-        held_busy, busy_served, busy_bare = busy
+        held_busy, busy_times = busy
+        busy_served, busy_bare = median(busy_times["served"]), median(busy_times["bare"])
         result.add(
             f"bare {bare_name}, the controller holding {held_busy:,} jobs",
             busy_bare * 1000,

@@ -132,17 +132,23 @@ def _sinfo_nodes(layout: Layout) -> list[tuple[str, str, str]]:
     return list(rows.values())
 
 
-def status(state_dir: Path) -> SandboxStatus:
-    """Which of our daemons run, and what slurmctld says about the nodes."""
-    layout = Layout(state_dir)
-    daemons = []
+def daemon_statuses(layout: Layout) -> list[DaemonStatus]:
+    """Which of the sandbox's daemons run (read from their pid files; Slurm is not asked)."""
+    found = []
     for name in daemon_names(layout):
         rec = host.read_pid(layout.pid_dir, name)
-        daemons.append(
+        found.append(
             DaemonStatus(
                 name, rec.pid if rec else None, bool(rec and rec.alive()), rec.log if rec else None
             )
         )
+    return found
+
+
+def status(state_dir: Path) -> SandboxStatus:
+    """Which of our daemons run, and what slurmctld says about the nodes."""
+    layout = Layout(state_dir)
+    daemons = daemon_statuses(layout)
     result = SandboxStatus(state_dir, daemons)
     ctld = next(d for d in daemons if d.name == "slurmctld")
     if ctld.alive and layout.slurm_conf.exists():

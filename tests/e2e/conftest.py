@@ -19,7 +19,7 @@ import pytest
 
 from clusterjob.api.cluster import Cluster
 from clusterjob.jobs.status import JobStatus
-from clusterjob.sandbox import cluster, host
+from clusterjob.sandbox import cluster
 from clusterjob.sandbox.config import Layout
 from clusterjob.slurm.parse import is_final
 
@@ -176,12 +176,11 @@ def start_dead_daemons(sandbox: Sandbox) -> list[str]:
     sandbox up` starts what is not running. Slurm 22.05's slurmd was seen to die of a
     segmentation fault in the middle of a run (a NULL read, in the kernel's log); its node was
     then DOWN, "Not responding", and every later test that needed it failed."""
-    layout = sandbox.layout
-    dead = []
-    for name in cluster.daemon_names(layout):
-        record = host.read_pid(layout.pid_dir, name)
-        if record is None or not record.alive():
-            dead.append(f"{name} (its log: {record.log})" if record else name)
+    dead = [
+        f"{d.name} (its log: {d.log})" if d.log else d.name
+        for d in cluster.daemon_statuses(sandbox.layout)
+        if not d.alive
+    ]
     if dead:
         cluster.up(sandbox.state_dir)
     return dead
