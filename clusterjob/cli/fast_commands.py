@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '2a3dba906101e767740ebf3936b1056820788416a2e64fdae73bae6b71c5afa7',
+    'declared': '8981c821101a5ddf9180684bfbc9ceb33e9982f1361322cafcef15e7ac50e7de',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

@@ -36,7 +36,7 @@ def validate(
     """Check site configs; print every problem as file:line: key: message (exit 2 on errors)."""
     from clusterjob.site.admin import issue_record, validate_files, write_compiled
 
-    results = validate_files(files)
+    results = validate_files(files, compiling=compile_)
     if as_json:
         records = [
             {

@@ -37,10 +37,11 @@ from clusterjob.gpubind.choice import (
     resolve_model,
     visible_devices,
 )
+from clusterjob.node.context import job_node_view
 from clusterjob.node.preflight import read_gpus, run_preflight
 from clusterjob.node.report import render_table
 from clusterjob.site.discovery import find_site
-from clusterjob.site.nodeview import NodeView, load_node_view
+from clusterjob.site.nodeview import NodeView
 from clusterjob.workstation.claims import (
     HeldClaims,
     default_lock_dir,
@@ -116,7 +117,7 @@ def node_view(site: str | None, environ: Mapping[str, str], node: str | None = N
     """This host's view of the site (``site``, else as ``clusterjob`` finds it in
     ``environ``); ``node`` defaults to the host's short name."""
     node = node or socket.gethostname().split(".")[0]
-    return load_node_view(find_site(site, environ=environ), node, None)
+    return job_node_view(find_site(site, environ=environ), node)
 
 
 def bind(

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from clusterjob import __version__
 from clusterjob.errors import ClusterjobError, NvmlError, NvmlErrorKind, printable
 from clusterjob.gpu.inventory import GpuInventory
 from clusterjob.gpu.isolation import ReadTimedOut, kill_children, start_in_child
@@ -121,15 +119,7 @@ class EpilogRun(PrologRun):
     def log(self, record: dict[str, Any]) -> str | None:
         """Append one JSON line (rotated past MAX_LOG_BYTES); a problem instead of failing."""
         path = self.log_path()
-        record = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "hook": "epilog",
-            "node": self.node,
-            "job_id": self.job_id,
-            "elapsed_s": round(time.monotonic() - self.started, 3),
-            "version": __version__,
-            **record,
-        }
+        record = {**self.log_fields(), "hook": "epilog", **record}
         line = (json.dumps(record, sort_keys=True) + "\n").encode()
         try:  # only into a path root alone controls; never a FIFO, symlink or hard link
             fd = open_trusted_append(path, 0o640)
@@ -222,7 +212,8 @@ def _load_view(run: EpilogRun, site: str | None, cache_dir: str | None) -> NodeV
                 site_path,
                 run.node,
                 cache_fd,
-                lambda: _open_compiled(site_path),
+                lambda: _open_compiled(site_path, run.notes),
+                run.notes,
             )
         finally:
             if cache_fd is not None:

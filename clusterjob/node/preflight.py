@@ -15,8 +15,7 @@ from clusterjob.errors import PreflightFailed, UsageError
 from clusterjob.gpu.inventory import GpuInventory, read_inventory
 from clusterjob.node.allocation import Context, allocation_from_env
 from clusterjob.node.checks import Facts, PreflightReport, run_checks
-from clusterjob.node.context import DEFAULT_POLICY
-from clusterjob.site.nodeview import load_node_view
+from clusterjob.node.context import DEFAULT_POLICY, job_node_view
 
 __all__ = ["read_gpus", "run_preflight"]
 
@@ -46,7 +45,7 @@ def run_preflight(
         environ=environ,
         cluster_name=environ.get("SLURM_CLUSTER_NAME"),  # set by Slurm in jobs; no Slurm call
     )
-    view = load_node_view(path, node, None)
+    view = job_node_view(path, node)
     if expect_model is not None:
         canonical = next((m for m in view.models if m.casefold() == expect_model.casefold()), None)
         if canonical is None:

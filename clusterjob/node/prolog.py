@@ -35,7 +35,7 @@ from clusterjob.node.context import (
 )
 from clusterjob.node.trust import open_trusted, open_trusted_append, open_trusted_dir
 from clusterjob.site.nodemodel import OnError, PrologPolicy
-from clusterjob.site.nodeview import compiled_path, load_node_view_fd
+from clusterjob.site.nodeview import compiled_map_note, compiled_path, load_node_view_fd
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # typing is not imported at run time: ~3 ms of every job's start
@@ -116,17 +116,21 @@ class PrologRun:
         self.err.flush()
         os._exit(code)
 
-    def log(self, record: dict[str, Any]) -> str | None:
-        """Append one JSON line to the node-local log; return a problem instead of failing."""
-        path = Path(self.log_override or (self.policy or DEFAULT_POLICY).log_path)
-        record = {
+    def log_fields(self) -> dict[str, Any]:
+        """What every line of a hook's log starts with."""
+        return {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "node": self.node,
             "job_id": self.job_id,
             "elapsed_s": round(time.monotonic() - self.started, 3),
             "version": __version__,  # a node running another clusterjob shows in `site diff`
-            **record,
+            "notes": list(self.notes),  # the warnings it printed besides its findings
         }
+
+    def log(self, record: dict[str, Any]) -> str | None:
+        """Append one JSON line to the node-local log; return a problem instead of failing."""
+        path = Path(self.log_override or (self.policy or DEFAULT_POLICY).log_path)
+        record = {**self.log_fields(), **record}
         try:  # only into a path root alone controls; never a FIFO, symlink or hard link
             fd = open_trusted_append(path, 0o640)
             try:
@@ -230,7 +234,8 @@ def run_prolog(
                         site_path,
                         run.node,
                         cache_fd,
-                        lambda: _open_compiled(site_path),
+                        lambda: _open_compiled(site_path, run.notes),
+                        run.notes,
                     )
                 finally:
                     if cache_fd is not None:
@@ -280,12 +285,16 @@ def _open_cache(path: Path, notes: list[str]) -> int | None:
     return fd
 
 
-def _open_compiled(site_path: Path) -> int | None:
+def _open_compiled(site_path: Path, notes: list[str]) -> int | None:
     """The compiled node map beside the site file (``site validate --compile``), checked as
-    the site file is; None when there is none or it is not trusted (the YAML is read)."""
+    the site file is; None when there is none or it cannot be used (the YAML is read), the
+    latter said in ``notes``."""
+    path = compiled_path(site_path)
     try:
-        return open_trusted(compiled_path(site_path)).fd
-    except ClusterjobError:
+        return open_trusted(path).fd
+    except ClusterjobError as exc:
+        if os.path.lexists(path):  # there, but not to be trusted (or read): say so
+            notes.append(compiled_map_note(site_path, one_line(exc)))
         return None
 
 

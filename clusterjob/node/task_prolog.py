@@ -18,7 +18,7 @@ from clusterjob.node.allocation import (
     allocation_from_env,
     task_cuda_visible_devices,
 )
-from clusterjob.node.context import DEFAULT_POLICY, node_name, one_line
+from clusterjob.node.context import DEFAULT_POLICY, job_node_view, node_name, one_line
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:  # imported where a MIG node needs them: every task runs this hook
@@ -39,9 +39,7 @@ def run_task_prolog(environ: Mapping[str, str], out: TextIO, site: str | None = 
         uuid_bus_ids: dict[str, str] | None = None
         view = None
         if site and (alloc.uuids or (alloc.slots and not alloc.mig_devices)):
-            from clusterjob.site.nodeview import load_node_view
-
-            view = load_node_view(Path(site), node_name(environ), None)
+            view = job_node_view(Path(site), node_name(environ))
         sliced = view is not None and any(g.mig for g in view.gpus or ()) and bool(alloc.slots)
         if alloc.uuids or sliced:
             deadline = view.prolog.deadline_seconds if view else DEFAULT_POLICY.deadline_seconds

@@ -215,7 +215,8 @@ def compiled_path(site_file: Path) -> Path:
 
 COMPILED_FORMAT = 2  # 2: a header line, then one sorted line per node (1: one JSON object)
 _SHARED = ("site", "models", "gres_types", "prolog", "checks")  # the same in every node's view
-_HEADER_MAX = 1 << 20
+COMPILED_HEADER_MAX = 1 << 20  # the longest header line read
+MAX_COMPILED_SITE = 64 << 20  # a larger site file is read as YAML, its compiled map unread
 _BLOCK = 4096
 
 
@@ -251,12 +252,20 @@ def compile_node_views(site: Site, text: bytes) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compiled_map_note(site_file: Path, problem: str) -> str:
+    """What to tell an admin whose compiled node map cannot answer (``problem``)."""
+    return (
+        f"compiled node map {compiled_path(site_file)} not used ({problem}): the YAML was "
+        f"read instead; run `clusterjob site validate --compile {site_file}` after each edit"
+    )
+
+
 def compiled_nodes(text: str) -> list[str]:
     """The node names a compiled node map has a line for, in its order."""
     return [line.split("\t", 1)[0] for line in text.splitlines()[1:]]
 
 
-def _line_at(fd: int, pos: int, end: int, limit: int = _HEADER_MAX) -> bytes:
+def _line_at(fd: int, pos: int, end: int, limit: int = COMPILED_HEADER_MAX) -> bytes:
     """The line starting at byte ``pos`` (without its newline), reading at most to ``end``."""
     chunks = []
     size = 0
@@ -312,35 +321,57 @@ def find_sorted_line(fd: int, start: int, end: int, key: bytes) -> bytes | None:
     return None
 
 
-def _read_compiled(fd: int, site_fd: int, node: str, source: Path) -> NodeView | None:
+def compiled_map_problem(header: bytes, site_text: bytes) -> str | None:
+    """Why a compiled node map whose first line is ``header`` cannot answer for the site file
+    holding ``site_text`` (it is then ignored and the YAML read); None when it can."""
+    import hashlib  # not on the Prolog's warm path
+
+    try:
+        fields = json.loads(header)
+        written = (fields.get("compiled"), fields.get("format"))
+        sha256 = fields.get("sha256")
+    except (ValueError, AttributeError):
+        return "not a compiled node map"
+    if written != (COMPILED_FORMAT, CACHE_FORMAT):
+        return "written by another clusterjob version"
+    if sha256 != hashlib.sha256(site_text).hexdigest():
+        return "built from another version of the site file"
+    return None
+
+
+def _read_compiled(
+    fd: int, site_fd: int, node: str, source: Path
+) -> tuple[NodeView | None, str | None]:
     """This node's view from the compiled file open on ``fd`` when it was built from the
-    site text open on ``site_fd``; None (the loader then reads the YAML) otherwise.
+    site text open on ``site_fd``; else no view (the loader then reads the YAML) and why not
+    (None for a node name no line can hold).
 
     Reads the header and this node's line only; hashing the site text (~2 ms per 3 MB) is
     what still grows with the site."""
-    import hashlib  # not on the Prolog's warm path
-
     if "\t" in node or "\n" in node:
-        return None  # no line can name it
+        return None, None  # no line can name it
     try:
         size = os.fstat(site_fd).st_size
-        if size > 64 * 1024 * 1024:
-            return None
+        if size > MAX_COMPILED_SITE:
+            return None, f"the site file is over {MAX_COMPILED_SITE >> 20} MiB"
         end = os.fstat(fd).st_size
         head = _line_at(fd, 0, end)
+        problem = compiled_map_problem(head, os.pread(site_fd, size + 1, 0))
+        if problem is not None:
+            return None, problem
         header = json.loads(head)
-        if header.get("compiled") != COMPILED_FORMAT or header.get("format") != CACHE_FORMAT:
-            return None
-        if header.get("sha256") != hashlib.sha256(os.pread(site_fd, size + 1, 0)).hexdigest():
-            return None  # built from another version of the site file
         line = find_sorted_line(fd, len(head) + 1, end, node.encode())
         own = header["absent"] if line is None else json.loads(line)
-        return _from_json({**header["shared"], **own, "node": node}, source)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None  # a torn or foreign file: read the YAML
+        return _from_json({**header["shared"], **own, "node": node}, source), None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return None, f"unreadable ({type(exc).__name__})"  # torn or foreign: read the YAML
 
 
-def _read_cache(name: str, key: list[Any], node: str, source: Path, dir_fd: int) -> NodeView | None:
+def _read_cache(
+    name: str, key: list[Any], node: str, source: Path, dir_fd: int, owners: set[int]
+) -> NodeView | None:
+    """The entry ``name`` when it is the cache's answer for ``key``: a plain file, written by
+    one of ``owners`` and by no one else; a miss otherwise."""
     try:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         fd = os.open(name, flags, dir_fd=dir_fd)
@@ -350,8 +381,8 @@ def _read_cache(name: str, key: list[Any], node: str, source: Path, dir_fd: int)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             return None  # a FIFO, device or hard link planted here: not ours
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return None  # not written by us: do not trust it
+        if st.st_uid not in owners or st.st_mode & 0o022:
+            return None  # not written by whom we trust: do not use it
         data = json.loads(os.read(fd, 1 << 20))
         if data.get("format") != CACHE_FORMAT or data.get("key") != key:
             return None
@@ -379,8 +410,21 @@ def _write_cache(name: str, text: str, dir_fd: int) -> None:
             os.unlink(tmp, dir_fd=dir_fd)
 
 
-def load_node_view(path: Path, node: str, cache_dir: Path | None = None) -> NodeView:
-    """This node's view of the site in ``path``; from the cache when the file is unchanged.
+def load_node_view(
+    path: Path,
+    node: str,
+    cache_dir: Path | None = None,
+    *,
+    hooks_cache_dir: Path | str | None = None,
+) -> NodeView:
+    """This node's view of the site in ``path``, read by name (a user's process: the in-job
+    preflight, the TaskProlog, Grid Engine's GPU binding). While the file is unchanged it
+    comes from the cache in ``cache_dir`` (read and written; None: none) or from the hooks'
+    per-node cache in ``hooks_cache_dir`` (only read here; the Prolog filled this node's
+    entry before the job, so root's entries are taken as well as ours); else from the
+    compiled node map beside the file when it was built from this very text; else from the
+    YAML. A job on a node its Prolog checked, or on a compiled site, so reads one small entry
+    whatever the site's size.
 
     Raises ConfigError when the file cannot be read or is not a valid site config. The root
     Prolog uses ``load_node_view_fd`` instead: it never reads a path by name.
@@ -390,20 +434,40 @@ def load_node_view(path: Path, node: str, cache_dir: Path | None = None) -> Node
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise _config_error(path, exc) from None
+    opened: list[int] = []
     try:
-        cache_fd = None
+        cache_fd = hooks_fd = None
         if cache_dir is not None:
             with contextlib.suppress(OSError):
                 Path(cache_dir).mkdir(mode=0o755, parents=True, exist_ok=True)
-            with contextlib.suppress(OSError):
-                cache_fd = os.open(cache_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            return load_node_view_fd(fd, os.path.realpath(path), path, node, cache_fd)
-        finally:
-            if cache_fd is not None:
-                os.close(cache_fd)
+            cache_fd = _open_quietly(cache_dir, os.O_DIRECTORY, opened)
+        if hooks_cache_dir is not None:
+            hooks_fd = _open_quietly(hooks_cache_dir, os.O_DIRECTORY, opened)
+        return load_node_view_fd(
+            fd,
+            os.path.realpath(path),
+            path,
+            node,
+            cache_fd,
+            lambda: _open_quietly(compiled_path(path), os.O_NONBLOCK),  # never a FIFO's wait
+            hooks_cache_fd=hooks_fd,
+        )
     finally:
+        for other in opened:
+            os.close(other)
         os.close(fd)
+
+
+def _open_quietly(path: Path | str, flags: int, opened: list[int] | None = None) -> int | None:
+    """``path`` opened read-only (added to ``opened``), or None where it cannot be: each
+    place it answers from is only a shortcut."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
+    except OSError:
+        return None
+    if opened is not None:
+        opened.append(fd)
+    return fd
 
 
 def load_node_view_fd(
@@ -413,11 +477,18 @@ def load_node_view_fd(
     node: str,
     cache_dir_fd: int | None,
     open_compiled: Callable[[], int | None] | None = None,
+    notes: list[str] | None = None,
+    *,
+    hooks_cache_fd: int | None = None,
 ) -> NodeView:
     """This node's view of the site open on ``fd``; the cache is the directory on
     ``cache_dir_fd`` (None: no cache); on a miss, the compiled node map ``open_compiled``
     opens (the caller checks it as it checked the site file; None: there is none) answers
-    if it was built from this very text, else the YAML is read.
+    if it was built from this very text, else the YAML is read. A compiled map there that
+    could not answer is said in ``notes``: each node's first job after an edit then parses
+    the YAML (seconds on a large site) until it is compiled again.
+
+    ``hooks_cache_fd``: the hooks' cache, only read, its entries root's or ours.
 
     The cache key is the open file's identity (device, inode, size, mtime) and ``realpath``,
     so an entry can only answer for the very file the caller opened and checked.
@@ -428,17 +499,21 @@ def load_node_view_fd(
         raise _config_error(path, exc) from None
     key: list[Any] = [realpath, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size]
     name = _cache_file(Path("."), realpath, node).name
-    if cache_dir_fd is not None:
-        hit = _read_cache(name, key, node, path, cache_dir_fd)
-        if hit is not None:
-            return hit
+    ours = os.geteuid()
+    for dir_fd, owners in ((cache_dir_fd, {ours}), (hooks_cache_fd, {ours, 0})):
+        if dir_fd is not None:
+            hit = _read_cache(name, key, node, path, dir_fd, owners)
+            if hit is not None:
+                return hit
     view = None
     compiled_fd = open_compiled() if open_compiled is not None else None
     if compiled_fd is not None:
         try:
-            view = _read_compiled(compiled_fd, fd, node, path)
+            view, problem = _read_compiled(compiled_fd, fd, node, path)
         finally:
             os.close(compiled_fd)
+        if problem is not None and notes is not None:
+            notes.append(compiled_map_note(path, problem))
     if view is None:
         from clusterjob.site.loader import load_site  # the slow path: ruamel, hostlist
 
