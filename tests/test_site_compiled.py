@@ -273,11 +273,11 @@ def test_validate_warns_of_a_compiled_map_the_prolog_would_ignore(
 
 # -- a job's own processes: flat with the site's size too --------------------------------------
 
-_VIEW_CALL = (
+_VIEW_CALL = (  # a job's view of its node, the hooks' cache (as the Prolog ran) at CACHE
     "from pathlib import Path\n"
-    "from clusterjob.site.nodeview import load_node_view\n"
-    "view = load_node_view(Path({site!r}), {node!r}, hooks_cache_dir={cache!r})\n"
-    "print(repr(view.gpus))"
+    "from clusterjob.node import context\n"
+    "context.DEFAULT_CACHE_DIR = {cache!r}\n"
+    "print(repr(context.job_node_view(Path({site!r}), {node!r}).gpus))"
 )
 
 
@@ -306,7 +306,7 @@ def test_a_job_reads_the_entry_its_prolog_cached(node: Node) -> None:
     call = _VIEW_CALL.format(site=str(node.site), node=NODE, cache=str(node.cache))
     from_cache = _outside_imports(node, call)
     assert from_cache[-1] == "[]"  # no YAML parsed
-    uncached = _VIEW_CALL.format(site=str(node.site), node=NODE, cache=None)
+    uncached = _VIEW_CALL.format(site=str(node.site), node=NODE, cache=str(node.tmp / "none"))
     from_yaml = _outside_imports(node, uncached)
     assert from_yaml[-1] != "[]" and from_yaml[:-1] == from_cache[:-1]
     (entry,) = [p for p in node.cache.iterdir() if not p.name.startswith(".")]
