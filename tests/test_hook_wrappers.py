@@ -251,3 +251,16 @@ def test_a_source_tree_wrapper_runs_that_tree(site: Path, root_tree: Path) -> No
                           timeout=60, cwd="/")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID" in done.stdout.splitlines()
+
+
+def test_the_hooks_cache_by_default_is_the_one_a_job_reads() -> None:
+    """A job's preflight and TaskProlog read the node's entry from the hooks' default cache
+    (``job_node_view``): `install-hooks` writes the Prolog's line with that same directory
+    unless told another."""
+    import inspect
+
+    from clusterjob.cli.site import install_hooks
+    from clusterjob.node.context import DEFAULT_CACHE_DIR
+
+    default = inspect.signature(install_hooks).parameters["cache_dir"].default
+    assert str(default) == DEFAULT_CACHE_DIR
