@@ -60,7 +60,12 @@ def test_local_benchmarks_produce_figures(tmp_path: Path) -> None:
             assert warm and all(r["ratio"] > 0 and r["reference"] == NVML_NAME for r in warm)
             assert any("cold" in r["figure"] for r in rows), hook
         flat = [r for r in prolog if "-node vs 3-node site" in r["figure"]]  # flat with size
-        assert {r["figure"].split(",")[0] for r in flat} == {"prolog", "epilog", "sample-usage"}
+        assert {r["figure"].split(",")[0] for r in flat} == {
+            "prolog",
+            "epilog",
+            "sample-usage",
+            "preflight",
+        }
         assert all(r["value"] > 0 and r["unit"] == "x" for r in flat)
     cli = results["cli"]["rows"]
     assert {"clusterjob --help", "clusterjob submit --dry-run (10-node site)"} <= {
