@@ -38,11 +38,16 @@ LAUNCHERS = ("none", "srun", "torchrun")
 CPUS_PER_GPU = 3  # a count no default gives, so the tests see whose CPUs a task got
 WHOLE_NODE_GPUS = 4  # syntax none: the variant's whole-node partition
 
+# The probe's line goes out in one write. torchrun's --tee copies each worker's lines from its
+# log file as it finds them, so a line caught half-written is printed as two, the rest under
+# a second "[rankN]: " (torch's tail_logfile); with PYTHONUNBUFFERED=1 in the job's
+# environment, print() writes the newline apart from the text and that happened here.
 PROBE = """\
 import os
 names = ("SLURMD_NODENAME", "SLURM_PROCID", "GROUP_RANK", "RANK", "LOCAL_RANK", "WORLD_SIZE",
          "CUDA_VISIBLE_DEVICES", "SLURM_CPUS_PER_TASK")
-print("shape-probe: " + " ".join(f"{n}={os.environ.get(n, '-')}" for n in names), flush=True)
+line = "shape-probe: " + " ".join(f"{n}={os.environ.get(n, '-')}" for n in names) + "\\n"
+os.write(1, line.encode())
 """
 
 
