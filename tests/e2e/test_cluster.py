@@ -13,7 +13,15 @@ import pytest
 from clusterjob.sandbox import host
 from clusterjob.sandbox.config import HOSTS_MARKER, SANDBOX_NODES
 
-from .conftest import Sandbox, clusterjob_cli, start_dead_daemons, until
+from .conftest import (
+    RESTARTED,
+    Sandbox,
+    clusterjob_cli,
+    finish_despite_dying_slurmd,
+    launch_lost_to_dead_slurmd,
+    start_dead_daemons,
+    until,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -143,6 +151,65 @@ def test_a_slurmd_that_died_is_started_again_before_the_next_test(sandbox: Sandb
     assert again is not None and again.alive() and again.pid != record.pid
     job = sandbox.sbatch("-p", "gpu", "-w", "gpu2", "-o", "/dev/null", "--wrap", "true")
     assert sandbox.wait_job(job)["JobState"] == "COMPLETED"
+
+
+def test_a_job_whose_launch_a_dying_slurmd_lost_is_submitted_again(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """``finish_despite_dying_slurmd``, as the shapes matrix uses it: gpu2's slurmd stopped
+    while a job's step launch waits on it, then killed, so srun says it lost the launch; the
+    job is submitted once more and completes, and the run says so."""
+    script = tmp_path / "step.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -p gpu\n#SBATCH -w gpu2\n#SBATCH -t 2:00\nsleep 3\nsrun -n1 true\n"
+    )
+    output = tmp_path / "step.out"
+    job = sandbox.sbatch(f"--output={output}", str(script))
+    until(f"job {job} running", lambda: sandbox.job(job)["JobState"] == "RUNNING")
+    record = host.read_pid(sandbox.layout.pid_dir, "slurmd-gpu2")
+    assert record is not None and record.alive()
+    os.kill(record.pid, signal.SIGSTOP)  # srun's launch request waits on it...
+    try:
+        time.sleep(6)
+    finally:
+        os.kill(record.pid, signal.SIGKILL)  # ...and is dropped as it dies
+    fields, out = finish_despite_dying_slurmd(sandbox, job, output, script, 120)
+    assert fields["JobState"] == "COMPLETED", out
+    said = [s for s in RESTARTED if s.startswith(f"sandbox: job {job} lost a step launch")]
+    assert said == [
+        f"sandbox: job {job} lost a step launch on gpu2 to its dying slurmd; "
+        f"submitted again as job {fields['JobId']}"
+    ], RESTARTED
+
+
+# What srun printed for a job whose step launch gpu1's slurmd lost as it died (a clean-clone CI
+# run on Slurm 22.05.8: its log said "double free or corruption (fasttop)").
+_ZERO = "Zero Bytes were transmitted or received"
+_LOST_ON_GPU1 = (
+    "preflight gpu1: OK (4 GPU slot(s))\n"
+    f"srun: error: slurm_receive_msgs: [[localhost]:26810] failed: {_ZERO}\n"
+    f"srun: error: Task launch for StepId=356.0 failed on node gpu1: {_ZERO}\n"
+    f"srun: error: Application launch failed: {_ZERO}\n"
+    "srun: Job step aborted\n"
+)
+
+
+def test_a_launch_lost_to_a_dying_slurmd_is_told_from_the_jobs_own_failure() -> None:
+    """Only a launch srun lost on a node whose slurmd the run found dead counts: the shapes
+    matrix submits such a job once more; any other failure stays the job's."""
+    died = "sandbox: slurmd-gpu1 (its log: /x/slurmd-gpu1.log) had died; started again before t"
+    others = "sandbox: slurmd-gpu2 (its log: /x/gpu2.log), slurmd-gpu1 (its log: /y) had died"
+    assert launch_lost_to_dead_slurmd(_LOST_ON_GPU1, [died]) == "gpu1"
+    assert launch_lost_to_dead_slurmd(_LOST_ON_GPU1, [others]) == "gpu1"
+    assert launch_lost_to_dead_slurmd(_LOST_ON_GPU1, []) is None  # slurmd never died
+    gpu2_only = "sandbox: slurmd-gpu2 (its log: /x/slurmd-gpu2.log) had died; started again"
+    assert launch_lost_to_dead_slurmd(_LOST_ON_GPU1, [gpu2_only]) is None
+    gpu10 = "sandbox: slurmd-gpu10 (its log: /x) had died; started again"
+    assert launch_lost_to_dead_slurmd(_LOST_ON_GPU1, [gpu10]) is None
+    failed = "srun: error: gpu1: task 0: Exited with exit code 1\n"
+    assert launch_lost_to_dead_slurmd(failed, [died]) is None  # the job's own failure
+    reset = _LOST_ON_GPU1.replace(_ZERO, "Connection reset by peer")  # killed, request unread
+    assert launch_lost_to_dead_slurmd(reset, [died]) == "gpu1"
 
 
 def test_down_then_up(sandbox: Sandbox) -> None:

@@ -28,7 +28,7 @@ from clusterjob.jobscript.render import render
 from clusterjob.jobscript.request import JobRequest, resolve
 from clusterjob.site.loader import load_site
 
-from .conftest import Sandbox
+from .conftest import Sandbox, finish_despite_dying_slurmd
 
 pytestmark = pytest.mark.slurm
 
@@ -198,6 +198,12 @@ def _probes(out: str) -> list[dict[str, str]]:
     ]
 
 
+def _finished(shape: Shape, submitted: Submitted, sandbox: Sandbox) -> tuple[dict[str, str], str]:
+    """The job's fields and output once it ended (``finish_despite_dying_slurmd``)."""
+    script = submitted.output.with_suffix(".sh")
+    return finish_despite_dying_slurmd(sandbox, submitted.job_id, submitted.output, script, 420)
+
+
 def _gpus(task: dict[str, str]) -> list[str]:
     value = task["CUDA_VISIBLE_DEVICES"]
     return [] if value == "-" else value.split(",")
@@ -208,8 +214,7 @@ def test_shape_runs_one_agent_or_the_right_tasks_per_node_each_on_its_gpus(
     shape: Shape, matrix_jobs: dict[Shape, Submitted], sandbox: Sandbox
 ) -> None:
     submitted = matrix_jobs[shape]
-    fields = sandbox.wait_job(submitted.job_id, timeout=420)
-    out = submitted.output.read_text() if submitted.output.exists() else ""
+    fields, out = _finished(shape, submitted, sandbox)
     context = f"\n--- script\n{submitted.script}\n--- output\n{out}"
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), context
     nodes = sandbox.run("scontrol", "show", "hostnames", fields["NodeList"]).split()
