@@ -324,17 +324,26 @@ def find_sorted_line(fd: int, start: int, end: int, key: bytes) -> bytes | None:
 def compiled_map_problem(header: bytes, site_text: bytes) -> str | None:
     """Why a compiled node map whose first line is ``header`` cannot answer for the site file
     holding ``site_text`` (it is then ignored and the YAML read); None when it can."""
-    import hashlib  # not on the Prolog's warm path
+    return _header_problem(_parsed_header(header), site_text)
 
+
+def _parsed_header(header: bytes) -> dict[str, Any] | None:
+    """A compiled map's header line as JSON; None when it is none."""
     try:
         fields = json.loads(header)
-        written = (fields.get("compiled"), fields.get("format"))
-        sha256 = fields.get("sha256")
-    except (ValueError, AttributeError):
+    except ValueError:
+        return None
+    return fields if isinstance(fields, dict) else None
+
+
+def _header_problem(fields: dict[str, Any] | None, site_text: bytes) -> str | None:
+    import hashlib  # not on the Prolog's warm path
+
+    if fields is None:
         return "not a compiled node map"
-    if written != (COMPILED_FORMAT, CACHE_FORMAT):
+    if (fields.get("compiled"), fields.get("format")) != (COMPILED_FORMAT, CACHE_FORMAT):
         return "written by another clusterjob version"
-    if sha256 != hashlib.sha256(site_text).hexdigest():
+    if fields.get("sha256") != hashlib.sha256(site_text).hexdigest():
         return "built from another version of the site file"
     return None
 
@@ -356,10 +365,10 @@ def _read_compiled(
             return None, f"the site file is over {MAX_COMPILED_SITE >> 20} MiB"
         end = os.fstat(fd).st_size
         head = _line_at(fd, 0, end)
-        problem = compiled_map_problem(head, os.pread(site_fd, size + 1, 0))
-        if problem is not None:
+        header = _parsed_header(head)  # parsed once: checked, then read
+        problem = _header_problem(header, os.pread(site_fd, size + 1, 0))
+        if problem is not None or header is None:
             return None, problem
-        header = json.loads(head)
         line = find_sorted_line(fd, len(head) + 1, end, node.encode())
         own = header["absent"] if line is None else json.loads(line)
         return _from_json({**header["shared"], **own, "node": node}, source), None

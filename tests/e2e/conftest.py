@@ -206,12 +206,13 @@ def finish_despite_dying_slurmd(
     it ended. A job whose step launch a node's slurmd lost as it died
     (``launch_lost_to_dead_slurmd``) is submitted once more, unchanged, and that is said at
     the end of the run; a second such loss, or any other failure, is the job's."""
-    checked = [0.0]
+    checked = 0.0
 
     def restart_dead() -> None:  # a job on a node whose slurmd died stays COMPLETING
-        if time.monotonic() - checked[0] < 5:
+        nonlocal checked
+        if time.monotonic() - checked < 5:
             return
-        checked[0] = time.monotonic()
+        checked = time.monotonic()
         dead = start_dead_daemons(sandbox)
         if dead:
             RESTARTED.append(f"sandbox: {', '.join(dead)} had died; started again by job {job_id}")

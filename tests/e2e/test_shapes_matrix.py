@@ -198,7 +198,7 @@ def _probes(out: str) -> list[dict[str, str]]:
     ]
 
 
-def _finished(shape: Shape, submitted: Submitted, sandbox: Sandbox) -> tuple[dict[str, str], str]:
+def _finished(submitted: Submitted, sandbox: Sandbox) -> tuple[dict[str, str], str]:
     """The job's fields and output once it ended (``finish_despite_dying_slurmd``)."""
     script = submitted.output.with_suffix(".sh")
     return finish_despite_dying_slurmd(sandbox, submitted.job_id, submitted.output, script, 420)
@@ -214,7 +214,7 @@ def test_shape_runs_one_agent_or_the_right_tasks_per_node_each_on_its_gpus(
     shape: Shape, matrix_jobs: dict[Shape, Submitted], sandbox: Sandbox
 ) -> None:
     submitted = matrix_jobs[shape]
-    fields, out = _finished(shape, submitted, sandbox)
+    fields, out = _finished(submitted, sandbox)
     context = f"\n--- script\n{submitted.script}\n--- output\n{out}"
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), context
     nodes = sandbox.run("scontrol", "show", "hostnames", fields["NodeList"]).split()
