@@ -140,6 +140,68 @@ def test_a_served_command_closes_its_registry_after_its_answer(
     assert not (data / "jobs.sqlite-wal").exists()  # its close ran, after the answer
 
 
+def test_a_captured_commands_output_ends_with_its_answer_not_with_its_worker(
+    tmp_path: Path,
+) -> None:
+    """A program that captures a served command's output reads to the end of its pipe; the
+    worker lets go of the client's stdio before it tells the exit status, so the pipe ends
+    with the client, not once the worker has run what the command left for after its answer
+    (``lifetime``; here a release that takes two seconds). The worker itself, its request
+    as the client builds it and real pipes; only the command is this test's."""
+    import marshal
+    import select
+
+    from clusterjob import lifetime
+
+    request = marshal.loads(client._request(["status"], ("fingerprint",)) or b"")
+    released = tmp_path / "released"
+    out_r, out_w = os.pipe()
+    ours, theirs = socket.socketpair()
+
+    def command(args: list[str]) -> int:
+        print("the command's output")
+        lifetime.after_answer(lambda: (time.sleep(2), released.write_text("done")))
+        return 3
+
+    pid = os.fork()
+    if pid == 0:  # the worker, as the server forks it
+        try:
+            import atexit
+
+            atexit._clear()  # pytest's own exit handlers are not the worker's to run
+            sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
+            ours.close()
+            os.close(out_r)
+            stdin = os.open(os.devnull, os.O_RDONLY)
+            cwd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+            server.work(theirs, request, [stdin, out_w, out_w, cwd], command)
+        finally:
+            os._exit(99)
+    theirs.close()
+    os.close(out_w)
+    try:
+        assert ours.recv(client.ANSWER_SIZE)[:1] == client.STARTED
+        ours.sendall(client.GO)
+        assert ours.recv(client.ANSWER_SIZE) == client.EXITED + (3).to_bytes(4, "little")
+        output = b""
+        deadline = time.monotonic() + 1.0
+        while (left := deadline - time.monotonic()) > 0 and select.select([out_r], [], [], left)[0]:
+            chunk = os.read(out_r, 4096)
+            if not chunk:
+                break
+            output += chunk
+        else:
+            pytest.fail("the pipe stayed open while the worker ran its releases")
+        assert output == b"the command's output\n"
+        assert not released.exists()  # the worker was still releasing when the pipe ended
+    finally:
+        os.close(out_r)
+        ours.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert released.read_text() == "done"  # and ran its release all the same
+
+
 def _cli() -> list[str]:
     from server_helpers import clusterjob_command
 

@@ -641,9 +641,22 @@ def work(
         os._exit(REFUSED_EXIT)  # the client gave up waiting and runs the command itself
     lifetime.answer_first()  # what the command releases, it may release after its answer
     code = run_command(main, list(request["args"]))  # type: ignore[call-overload]
+    _let_go_of_stdio()  # flushed by run_command
     _answer(conn, client.EXITED, code)
     lifetime.answered()
     os._exit(code)
+
+
+def _let_go_of_stdio() -> None:
+    """Point stdin, stdout and stderr at /dev/null before the command's exit status is told.
+    A client's stdout or stderr that is a pipe (``$(clusterjob submit ...)``, a program that
+    captures the output) then ends with the client, not once this worker has released what
+    the command left for after its answer (``lifetime``): its reader waited for that too,
+    ~3 ms of every captured submit."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
 
 
 def _go_ahead(conn: socket.socket) -> bool:
