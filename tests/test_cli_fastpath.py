@@ -266,3 +266,104 @@ def test_the_command_list_is_printed_without_typer() -> None:
         env={**os.environ, "COLUMNS": "100"},
     )
     assert done.stdout.splitlines()[-1] == "False" and "Commands:" in done.stdout
+
+
+# A Typer release other than the one the tables were written with: its version, as
+# `typer_version` reads it; the Typer that builds the tables here is the installed one.
+OTHER_TYPER = "0.28.99"
+PLAIN_SUBMIT = ["submit", TRAIN, "--site", MLLAB, "--gpus", "2", "--model", "a100", "--dry-run"]
+
+
+def _notes() -> list[str]:
+    folder = Path(os.environ["XDG_CACHE_HOME"]) / "clusterjob" / "fastpath"
+    return sorted(p.name.rsplit("-", 1)[0] for p in folder.glob("typer-*"))
+
+
+def test_another_typer_takes_the_table_once_a_run_under_it_built_the_same(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first run of a command under another Typer is Typer's, and builds the command's
+    table from Typer's own click command: the same table, so the runs after it read it."""
+    monkeypatch.setattr(fastpath, "typer_version", lambda: OTHER_TYPER)
+    assert fastpath.fast_call(PLAIN_SUBMIT) is None
+    assert fastpath.fast_call(["status"]) is None
+    assert run(PLAIN_SUBMIT) == 0
+    first = capsys.readouterr().out
+    assert _notes() == [f"typer-{OTHER_TYPER}-submit"]
+    assert fastpath.fast_call(PLAIN_SUBMIT) is not None
+    assert fastpath.fast_call(["status"]) is None, "noted for the command Typer ran only"
+    assert main(PLAIN_SUBMIT) == 0
+    assert _tokenless((0, capsys.readouterr().out, "")) == _tokenless((0, first, ""))
+
+
+def test_a_typer_that_builds_another_table_is_never_noted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fastpath, "typer_version", lambda: OTHER_TYPER)
+    shipped = COMMANDS["submit"]["params"]
+    changed = tuple((*p[:5], 3) if p[0] == "nodes" else p for p in shipped)  # type: ignore[attr-defined]
+    monkeypatch.setitem(COMMANDS["submit"], "params", changed)  # as if -N's default were 3
+    fastpath.note_typer_agreement("submit")
+    assert _notes() == [] and fastpath.fast_call(PLAIN_SUBMIT) is None
+    monkeypatch.setitem(COMMANDS["submit"], "params", shipped)
+    fastpath.note_typer_agreement("submit")
+    assert _notes() == [f"typer-{OTHER_TYPER}-submit"]
+    assert fastpath.fast_call(PLAIN_SUBMIT) is not None
+    monkeypatch.setitem(COMMANDS["submit"], "params", changed)
+    assert fastpath.fast_call(PLAIN_SUBMIT) is None, "a note is for the very table noted"
+    monkeypatch.setitem(COMMANDS["submit"], "params", shipped)
+    monkeypatch.setattr(fastpath, "typer_version", lambda: "0.28.98")
+    assert fastpath.fast_call(PLAIN_SUBMIT) is None, "and for the very release"
+
+
+def test_notes_live_only_in_a_cache_no_one_else_may_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fastpath, "typer_version", lambda: OTHER_TYPER)
+    fastpath.note_typer_agreement("submit")
+    folder = Path(os.environ["XDG_CACHE_HOME"]) / "clusterjob" / "fastpath"
+    assert fastpath.fast_call(PLAIN_SUBMIT) is not None
+    folder.chmod(0o777)
+    assert fastpath.fast_call(PLAIN_SUBMIT) is None
+    for note in folder.iterdir():
+        note.unlink()
+    fastpath.note_typer_agreement("submit")
+    assert not list(folder.iterdir()), "nothing is written there either"
+    monkeypatch.setattr(fastpath, "typer_version", lambda: "0.28/../../x")
+    folder.chmod(0o700)
+    fastpath.note_typer_agreement("submit")
+    assert not list(folder.iterdir()), "a version that is not a plain release name"
+
+
+# `clusterjob --help` as a person runs it, under the Typer release OTHER_TYPER names.
+_HELP_UNDER_OTHER = f"""import sys
+from clusterjob.cli import fastpath
+fastpath.typer_version = lambda: {OTHER_TYPER!r}
+from clusterjob.__main__ import main
+code = main(["--help"])
+print("typer" in sys.modules, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_another_typer_prints_the_command_list_without_typer_once_it_printed_the_same() -> None:
+    env = {**os.environ, "COLUMNS": "100"}
+    runs = [
+        subprocess.run([sys.executable, "-c", _HELP_UNDER_OTHER], capture_output=True,
+                       text=True, env=env, check=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    typer = fastpath.typer_listing()
+    assert [r.stdout for r in runs] == [typer, typer]
+    assert [r.stderr for r in runs] == ["True\n", "False\n"], "Typer's the first time only"
+    assert _notes() == [f"typer-{OTHER_TYPER}-listing"]
+
+
+def test_a_listing_typer_printed_otherwise_is_not_noted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterjob.cli.fast_commands import LISTING
+
+    monkeypatch.setattr(fastpath, "typer_version", lambda: OTHER_TYPER)
+    fastpath.note_listing_agreement(str(LISTING["text"]).replace("Commands", "Kommandos"))
+    assert _notes() == []
+    fastpath.note_listing_agreement(str(LISTING["text"]))
+    assert _notes() == [f"typer-{OTHER_TYPER}-listing"]

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 from typer.exceptions import TyperException
 
 from clusterjob import __version__, envvars
+from clusterjob.cli import fastpath
 from clusterjob.cli.fastpath import COMPLETION_VAR
 from clusterjob.cli.outcome import err, guarded
 from clusterjob.errors import ExitCode, UsageError
@@ -151,6 +153,8 @@ def run(argv: list[str]) -> int:
     shown = app
     if argv in LISTING_ARGV and COMPLETION_VAR not in os.environ:
         shown = _listing(app)
+    elif argv and argv[0] in fastpath.FAST_COMMANDS and COMPLETION_VAR not in os.environ:
+        fastpath.note_typer_agreement(argv[0])  # this Typer may read it without building
 
     def parsed_and_called() -> object:
         """Typer reads ``argv`` and calls the command; its own outcomes mapped here."""
@@ -168,7 +172,29 @@ def run(argv: list[str]) -> int:
             err(f"error: {message}")
             return int(getattr(exc, "exit_code", ExitCode.USAGE))
 
+    if argv in fastpath.HELP_ARGV and COMPLETION_VAR not in os.environ:
+        return _listed(lambda: guarded(parsed_and_called, debug=debug))
     return guarded(parsed_and_called, debug=debug)
+
+
+def _listed(print_listing: Callable[[], int]) -> int:
+    """``print_listing``'s exit code; where the listing it prints is one this Typer may be
+    found to print as shipped (``fastpath.listing_to_check``), it is compared and noted,
+    printed all the same once it is complete."""
+    if not fastpath.listing_to_check():
+        return print_listing()
+    import io
+
+    shown, printed = sys.stdout, io.StringIO()
+    sys.stdout = printed
+    try:
+        code = print_listing()
+    finally:
+        sys.stdout = shown
+        shown.write(printed.getvalue())
+    if code == 0:
+        fastpath.note_listing_agreement(printed.getvalue())
+    return code
 
 
 # `clusterjob`, `--help`, `-h` and `--version` show the command list at most: each command's

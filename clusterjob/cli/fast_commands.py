@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '8981c821101a5ddf9180684bfbc9ceb33e9982f1361322cafcef15e7ac50e7de',
+    'declared': 'd16f4e0ce3af4f129bc671a30c5482a9ee15c97905bb80006779ca594dab5619',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

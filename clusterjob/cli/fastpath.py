@@ -15,6 +15,13 @@ a command's ``--help``, an unknown or misspelt option, a missing or unconvertibl
 value that starts with ``-``, ``-N2``, shell completion, ``--debug``, or a table that no
 longer matches the sources it was written from (their SHA-256 is in the table) or the Typer
 that would run. tests/test_cli_fastpath.py compares both ways over many command lines.
+
+A Typer other than the one the tables were written with (any release the pin allows, or
+one the pin does not) is not trusted on its version: the first run of a command that Typer
+makes under it builds that command's table from Typer's own click command, and where it is
+the very table shipped, notes so in the user's private cache (``note_typer_agreement``);
+the runs after it take the fast path. The listing is noted alike, where the text Typer
+printed is the one shipped.
 """
 
 from __future__ import annotations
@@ -141,9 +148,9 @@ def print_listing() -> int | None:
 
     from clusterjob.cli.fast_commands import LISTING
 
-    if LISTING["typer"] != typer_version():
-        return None
     if shutil.get_terminal_size().columns < LISTING_COLUMNS:
+        return None
+    if not typer_agrees(LISTING["typer"], "listing", listing_digest()):
         return None
     if LISTING["declared"] != declared_digest(listing_files()):
         return None
@@ -203,7 +210,7 @@ def fast_call(argv: list[str]) -> Callable[[], object] | None:
 
     _, _, files, target = FAST_COMMANDS[argv[0]]
     table = COMMANDS.get(argv[0])
-    if table is None or table["typer"] != typer_version():
+    if table is None or not typer_agrees(str(table["typer"]), argv[0], table_digest(table)):
         return None
     words = argv[1:]
     if not words and table["no_args_is_help"]:
@@ -236,6 +243,110 @@ def typer_version() -> str | None:
                 return value.strip().strip("\"'")
         return None
     return None
+
+
+def typer_agrees(written_with: str, what: str, digest: str) -> bool:
+    """Whether the Typer ``import typer`` would load builds ``what`` (a command's table, or
+    the listing) as shipped: it is the release the table was written with, or a run under it
+    found it builds the very same (``note_typer_agreement``, ``note_listing_agreement``)."""
+    version = typer_version()
+    if version is None:
+        return False
+    if version == written_with:
+        return True
+    path = _agreement_path(version, what, digest)
+    return path is not None and path.exists()
+
+
+def _agreement_path(version: str, what: str, digest: str) -> Path | None:
+    """The note that Typer ``version`` builds ``what`` with ``digest``: in the user's private
+    cache (only this user writes there), named by all three; None where there is no such
+    cache, or the version is not a plain release name."""
+    if not version or not all(c.isalnum() or c in ".+-_" for c in version):
+        return None
+    from clusterjob.resources import private_cache_dir
+
+    directory = private_cache_dir("fastpath")
+    return None if directory is None else directory / f"typer-{version}-{what}-{digest[:32]}"
+
+
+def _digest(*parts: object) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def table_digest(table: dict[str, object]) -> str:
+    """What a command's table says, but the Typer release it was written with."""
+    return _digest(table["no_args_is_help"], table["declared"], table["params"])
+
+
+def listing_digest() -> str:
+    from clusterjob.cli.fast_commands import LISTING
+
+    return _digest(LISTING["declared"], LISTING["text"])
+
+
+def _note(version: str | None, what: str, digest: str) -> None:
+    path = None if version is None else _agreement_path(version, what, digest)
+    if path is not None:
+        path.touch(mode=0o600)
+
+
+def note_typer_agreement(command: str) -> None:
+    """Typer is running ``command`` (its module imported, the command registered on the
+    app): where this Typer is not the one the command's table was written with, build the
+    table from its click command, and where it is the very table shipped, note so for the
+    runs after this one. Anything that goes wrong leaves no note: the fast path then stays
+    off, as it was."""
+    from clusterjob.cli.fast_commands import COMMANDS
+
+    table = COMMANDS.get(command)
+    version = typer_version()
+    if table is None or version is None or table["typer"] == version:
+        return
+    digest = table_digest(table)
+    if typer_agrees(str(table["typer"]), command, digest):
+        return
+    module, function, files, _ = FAST_COMMANDS[command]
+    try:
+        built = {
+            "no_args_is_help": registered_settings(module, function),
+            "declared": declared_digest(files),
+            "params": tuple(command_table(module, function)),
+        }
+        if table_digest(built) == digest:
+            _note(version, command, digest)
+    except Exception:  # a parameter this reader does not read, a cache it cannot write
+        return
+
+
+def listing_to_check() -> bool:
+    """Whether the listing Typer is about to print is worth comparing with the shipped one:
+    printed as wide as it was written, by a Typer not yet seen to print the same."""
+    import shutil
+
+    from clusterjob.cli.fast_commands import LISTING
+
+    version = typer_version()
+    return (
+        version is not None
+        and version != LISTING["typer"]
+        and shutil.get_terminal_size().columns >= LISTING_COLUMNS
+        and LISTING["declared"] == declared_digest(listing_files())
+        and not typer_agrees(str(LISTING["typer"]), "listing", listing_digest())
+    )
+
+
+def note_listing_agreement(printed: str) -> None:
+    """Typer printed ``printed`` for ``--help``; where it is the shipped listing, note so."""
+    from clusterjob.cli.fast_commands import LISTING
+
+    if printed == LISTING["text"]:
+        try:
+            _note(typer_version(), "listing", listing_digest())
+        except OSError:
+            return
 
 
 def parse(params: tuple[Param, ...], words: list[str]) -> dict[str, Any] | None:
