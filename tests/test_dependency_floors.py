@@ -29,7 +29,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from clusterjob import resources
-from clusterjob.sandbox.standin import a100, standin_env, write_scenario
+from clusterjob.sandbox.standin import h100, standin_env, write_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = re.compile(r"[0-9a-f]{16}")  # a submission's token, in its comment and file name
@@ -186,15 +186,23 @@ def test_every_shipped_site_validates(floor_python: Path, tmp_path: Path) -> Non
 def test_an_nvml_inventory_over_the_standin(
     floor_python: Path, tmp_path: Path, standin_lib: Path
 ) -> None:
+    """Through the floor's pynvml: the facts whose structures older releases laid out other
+    than nvml.h (a process list, the NVSwitch fabric's state) read as the driver wrote them."""
     from clusterjob.sandbox.standin import StandinScenario
 
-    gpus = (a100("0000:07:00.0", 0), a100("0000:0F:00.0", 1))
+    gib = 1024**3
+    gpus = (
+        h100("0000:18:00.0", 0, processes=((4242, 20 * gib, "train"), (4300, gib, "nvtop"))),
+        h100("0000:2a:00.0", 1, fabric_state="in_progress", fabric_status=999),
+    )
     scenario = write_scenario(tmp_path / "scenario.txt", StandinScenario(gpus=gpus))
     env = {**_env(tmp_path), **standin_env(standin_lib.parent, scenario)}
     code = (
         "import pynvml\nfrom clusterjob.gpu.inventory import read_inventory\n"
-        "inv = read_inventory()\nprint(pynvml.__file__)\n"
-        "for g in inv.gpus: print(g.bus_id, g.name)"
+        "print(pynvml.__file__)\n"
+        "for g in read_inventory().gpus:\n"
+        "    print(g.bus_id, g.fabric_state, g.fabric_status, "
+        "*((p.pid, p.used_memory) for p in g.processes))"
     )
     done = subprocess.run(
         [str(floor_python), "-c", code], capture_output=True, text=True, env=env, timeout=120
@@ -202,5 +210,7 @@ def test_an_nvml_inventory_over_the_standin(
     assert done.returncode == 0, done.stderr
     module, *lines = done.stdout.splitlines()
     assert module.startswith(str(floor_python.parent.parent)), "the floor's pynvml"
-    assert [ln.split(" ", 1)[0] for ln in lines] == ["0000:07:00.0", "0000:0f:00.0"]
-    assert all("A100" in ln for ln in lines), lines
+    assert lines == [
+        f"0000:18:00.0 completed 0 (4242, {20 * gib}) (4300, {gib})",
+        "0000:2a:00.0 in_progress 999",
+    ]

@@ -225,12 +225,23 @@ def _read_links(pynvml: Any, handle: Any) -> dict[str, Any]:
     return out
 
 
+class _GpuFabricInfo(ctypes.Structure):
+    """``nvmlGpuFabricInfo_t`` as nvml.h lays it out (28 bytes). Not pynvml's own
+    ``c_nvmlGpuFabricInfo_t``: up to nvidia-ml-py 13.580 its ``clusterUuid`` is 80 bytes, not
+    16, so ``status`` and ``state`` were read past what the driver wrote (a state of 0, "not
+    supported": the fabric check never ran). pynvml's call passes the pointer on as given."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_ubyte * 16),  # NVML_GPU_FABRIC_UUID_LEN
+        ("status", ctypes.c_uint),  # nvmlReturn_t
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_uint),  # nvmlGpuFabricState_t
+    ]
+
+
 def _read_fabric(pynvml: Any, handle: Any) -> dict[str, Any]:
     """NVSwitch fabric registration: nothing on a GPU without one (NOT_SUPPORTED)."""
-    struct = getattr(pynvml, "c_nvmlGpuFabricInfo_t", None)
-    if struct is None:
-        return {}
-    info = struct()
+    info = _GpuFabricInfo()
     if _named(pynvml, "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info)) is None:
         return {}
     state = _FABRIC_STATES.get(info.state)
