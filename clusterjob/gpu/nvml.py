@@ -227,7 +227,7 @@ def _read_links(pynvml: Any, handle: Any) -> dict[str, Any]:
 
 class _GpuFabricInfo(ctypes.Structure):
     """``nvmlGpuFabricInfo_t`` as nvml.h lays it out (28 bytes). Not pynvml's own
-    ``c_nvmlGpuFabricInfo_t``: up to nvidia-ml-py 13.580 its ``clusterUuid`` is 80 bytes, not
+    ``c_nvmlGpuFabricInfo_t``: up to nvidia-ml-py 13.610 its ``clusterUuid`` is 80 bytes, not
     16, so ``status`` and ``state`` were read past what the driver wrote (a state of 0, "not
     supported": the fabric check never ran). pynvml's call passes the pointer on as given."""
 
