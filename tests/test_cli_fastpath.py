@@ -275,8 +275,13 @@ PLAIN_SUBMIT = ["submit", TRAIN, "--site", MLLAB, "--gpus", "2", "--model", "a10
 
 
 def _notes() -> list[str]:
+    """The notes in the private cache: ``typer-VERSION-WHAT``, and `` differs`` where the
+    run found that release builds another table (or prints another listing)."""
     folder = Path(os.environ["XDG_CACHE_HOME"]) / "clusterjob" / "fastpath"
-    return sorted(p.name.rsplit("-", 1)[0] for p in folder.glob("typer-*"))
+    return sorted(
+        p.name.rsplit("-", 1)[0] + (" differs" if p.name.endswith(".differs") else "")
+        for p in folder.glob("typer-*")
+    )
 
 
 def test_another_typer_takes_the_table_once_a_run_under_it_built_the_same(
@@ -304,10 +309,11 @@ def test_a_typer_that_builds_another_table_is_never_noted(
     changed = tuple((*p[:5], 3) if p[0] == "nodes" else p for p in shipped)  # type: ignore[attr-defined]
     monkeypatch.setitem(COMMANDS["submit"], "params", changed)  # as if -N's default were 3
     fastpath.note_typer_agreement("submit")
-    assert _notes() == [] and fastpath.fast_call(PLAIN_SUBMIT) is None
+    assert _notes() == [f"typer-{OTHER_TYPER}-submit differs"]
+    assert fastpath.fast_call(PLAIN_SUBMIT) is None
     monkeypatch.setitem(COMMANDS["submit"], "params", shipped)
     fastpath.note_typer_agreement("submit")
-    assert _notes() == [f"typer-{OTHER_TYPER}-submit"]
+    assert _notes() == [f"typer-{OTHER_TYPER}-submit", f"typer-{OTHER_TYPER}-submit differs"]
     assert fastpath.fast_call(PLAIN_SUBMIT) is not None
     monkeypatch.setitem(COMMANDS["submit"], "params", changed)
     assert fastpath.fast_call(PLAIN_SUBMIT) is None, "a note is for the very table noted"
@@ -363,7 +369,25 @@ def test_a_listing_typer_printed_otherwise_is_not_noted(monkeypatch: pytest.Monk
     from clusterjob.cli.fast_commands import LISTING
 
     monkeypatch.setattr(fastpath, "typer_version", lambda: OTHER_TYPER)
+    assert fastpath.listing_to_check()
     fastpath.note_listing_agreement(str(LISTING["text"]).replace("Commands", "Kommandos"))
-    assert _notes() == []
-    fastpath.note_listing_agreement(str(LISTING["text"]))
-    assert _notes() == [f"typer-{OTHER_TYPER}-listing"]
+    assert _notes() == [f"typer-{OTHER_TYPER}-listing differs"]
+    assert not fastpath.listing_to_check(), "compared once"
+    assert fastpath.fast_main(["--help"]) is None
+
+
+def test_a_typer_that_builds_otherwise_is_looked_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release whose click command this reader refuses (0.29's options carry no click
+    type) costs the look once: its runs after the first go to Typer without looking again."""
+    monkeypatch.setattr(fastpath, "typer_version", lambda: OTHER_TYPER)
+    looks = []
+
+    def refused(module: str, function: str) -> list[fastpath.Param]:
+        looks.append(function)
+        raise AttributeError("'TyperOption' object has no attribute 'type'")
+
+    monkeypatch.setattr(fastpath, "command_table", refused)
+    for _ in range(3):
+        fastpath.note_typer_agreement("submit")
+    assert looks == ["submit"] and _notes() == [f"typer-{OTHER_TYPER}-submit differs"]
+    assert fastpath.fast_call(PLAIN_SUBMIT) is None

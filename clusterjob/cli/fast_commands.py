@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': 'd16f4e0ce3af4f129bc671a30c5482a9ee15c97905bb80006779ca594dab5619',
+    'declared': '84f6879aba0db6f7b6e2ffbc95571b659b39c3f0c915a0624fc47287b531facb',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

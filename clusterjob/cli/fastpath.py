@@ -18,10 +18,10 @@ that would run. tests/test_cli_fastpath.py compares both ways over many command 
 
 A Typer other than the one the tables were written with (any release the pin allows, or
 one the pin does not) is not trusted on its version: the first run of a command that Typer
-makes under it builds that command's table from Typer's own click command, and where it is
-the very table shipped, notes so in the user's private cache (``note_typer_agreement``);
-the runs after it take the fast path. The listing is noted alike, where the text Typer
-printed is the one shipped.
+makes under it builds that command's table from Typer's own click command and notes in
+the user's private cache whether it is the very table shipped (``note_typer_agreement``);
+where it is, the runs after it take the fast path, and where not, they go to Typer without
+looking again. The listing is noted alike, by the text Typer printed.
 """
 
 from __future__ import annotations
@@ -252,22 +252,46 @@ def typer_agrees(written_with: str, what: str, digest: str) -> bool:
     version = typer_version()
     if version is None:
         return False
-    if version == written_with:
+    return version == written_with or _verdict(version, what, digest) is True
+
+
+def _verdict(version: str, what: str, digest: str) -> bool | None:
+    """What a run under Typer ``version`` found ``what`` to be: the same as shipped (True),
+    not (False), or None where no run has looked yet. False too where there is nowhere to
+    note it: a look on every run would cost every run what the fast path saves."""
+    same = _note_path(version, what, digest, same=True)
+    if same is None:
+        return False
+    if same.exists():
         return True
-    path = _agreement_path(version, what, digest)
-    return path is not None and path.exists()
+    return False if same.with_name(same.name + _DIFFERS).exists() else None
 
 
-def _agreement_path(version: str, what: str, digest: str) -> Path | None:
-    """The note that Typer ``version`` builds ``what`` with ``digest``: in the user's private
-    cache (only this user writes there), named by all three; None where there is no such
-    cache, or the version is not a plain release name."""
+_DIFFERS = ".differs"
+
+
+def _note_path(version: str, what: str, digest: str, *, same: bool) -> Path | None:
+    """The note that Typer ``version`` builds ``what`` with ``digest`` (or, not ``same``,
+    that it builds another): in the user's private cache (only this user writes there),
+    named by all three; None where there is no such cache, or the version is not a plain
+    release name."""
     if not version or not all(c.isalnum() or c in ".+-_" for c in version):
         return None
     from clusterjob.resources import private_cache_dir
 
     directory = private_cache_dir("fastpath")
-    return None if directory is None else directory / f"typer-{version}-{what}-{digest[:32]}"
+    if directory is None:
+        return None
+    return directory / f"typer-{version}-{what}-{digest[:32]}{'' if same else _DIFFERS}"
+
+
+def _note(version: str, what: str, digest: str, *, same: bool) -> None:
+    path = _note_path(version, what, digest, same=same)
+    if path is not None:
+        try:  # noqa: SIM105 - contextlib is not loaded on the way here
+            path.touch(mode=0o600)
+        except OSError:
+            pass  # looked at again next time
 
 
 def _digest(*parts: object) -> str:
@@ -287,18 +311,12 @@ def listing_digest() -> str:
     return _digest(LISTING["declared"], LISTING["text"])
 
 
-def _note(version: str | None, what: str, digest: str) -> None:
-    path = None if version is None else _agreement_path(version, what, digest)
-    if path is not None:
-        path.touch(mode=0o600)
-
-
 def note_typer_agreement(command: str) -> None:
     """Typer is running ``command`` (its module imported, the command registered on the
-    app): where this Typer is not the one the command's table was written with, build the
-    table from its click command, and where it is the very table shipped, note so for the
-    runs after this one. Anything that goes wrong leaves no note: the fast path then stays
-    off, as it was."""
+    app): where this Typer is not the one the command's table was written with and no run
+    under it has looked yet, build the table from its click command and note whether it is
+    the very table shipped. Once noted, it is not looked at again: a Typer that builds
+    another table (or one this reader refuses) pays for the look once, not on every run."""
     from clusterjob.cli.fast_commands import COMMANDS
 
     table = COMMANDS.get(command)
@@ -306,24 +324,27 @@ def note_typer_agreement(command: str) -> None:
     if table is None or version is None or table["typer"] == version:
         return
     digest = table_digest(table)
-    if typer_agrees(str(table["typer"]), command, digest):
-        return
     module, function, files, _ = FAST_COMMANDS[command]
+    if (
+        _verdict(version, command, digest) is not None
+        or declared_digest(files) != table["declared"]
+    ):
+        return  # looked at already; or a table older than its sources, which no Typer reads
     try:
         built = {
             "no_args_is_help": registered_settings(module, function),
-            "declared": declared_digest(files),
+            "declared": table["declared"],
             "params": tuple(command_table(module, function)),
         }
-        if table_digest(built) == digest:
-            _note(version, command, digest)
-    except Exception:  # a parameter this reader does not read, a cache it cannot write
+    except Exception:  # a parameter this reader does not read, a Typer that builds otherwise
+        _note(version, command, digest, same=False)
         return
+    _note(version, command, digest, same=table_digest(built) == digest)
 
 
 def listing_to_check() -> bool:
     """Whether the listing Typer is about to print is worth comparing with the shipped one:
-    printed as wide as it was written, by a Typer not yet seen to print the same."""
+    printed as wide as it was written, by a Typer no run under it has compared yet."""
     import shutil
 
     from clusterjob.cli.fast_commands import LISTING
@@ -334,19 +355,18 @@ def listing_to_check() -> bool:
         and version != LISTING["typer"]
         and shutil.get_terminal_size().columns >= LISTING_COLUMNS
         and LISTING["declared"] == declared_digest(listing_files())
-        and not typer_agrees(str(LISTING["typer"]), "listing", listing_digest())
+        and _verdict(version, "listing", listing_digest()) is None
     )
 
 
 def note_listing_agreement(printed: str) -> None:
-    """Typer printed ``printed`` for ``--help``; where it is the shipped listing, note so."""
+    """Typer printed ``printed`` for ``--help`` (``listing_to_check`` said to compare it):
+    note whether it is the shipped listing."""
     from clusterjob.cli.fast_commands import LISTING
 
-    if printed == LISTING["text"]:
-        try:
-            _note(typer_version(), "listing", listing_digest())
-        except OSError:
-            return
+    version = typer_version()
+    if version is not None:
+        _note(version, "listing", listing_digest(), same=printed == LISTING["text"])
 
 
 def parse(params: tuple[Param, ...], words: list[str]) -> dict[str, Any] | None:
