@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -47,6 +46,7 @@ print(code, "typer" in sys.modules, file=sys.stderr)
 
 def pins() -> list[Requirement]:
     """This platform's pinned dependencies, as pyproject.toml states them."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     lines = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     found = [Requirement(line) for line in lines]
     return [r for r in found if r.marker is None or r.marker.evaluate()]
