@@ -218,7 +218,7 @@ _LOADED = """import contextlib, io, sys
 from clusterjob.__main__ import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(sys.argv[1:])
-print(code, *sorted(m for m in ("typer", "jinja2", "click") if m in sys.modules))
+print(int(code), *sorted(m for m in ("typer", "jinja2", "click") if m in sys.modules))
 """
 
 

@@ -40,7 +40,7 @@ from clusterjob.__main__ import main
 with contextlib.redirect_stdout(io.StringIO()) as out:
     code = main(sys.argv[1:])
 print(out.getvalue(), end="")
-print(code, "typer" in sys.modules, file=sys.stderr)
+print(int(code), "typer" in sys.modules, file=sys.stderr)
 """
 
 

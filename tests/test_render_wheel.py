@@ -92,7 +92,7 @@ def test_wheel_renders_a_dry_run_outside_the_repository(tmp_path: Path) -> None:
     probe = (
         "import sys\nfrom clusterjob.__main__ import main\n"
         "code = main(sys.argv[1:])\n"
-        "print('jinja2 imported' if 'jinja2' in sys.modules else 'no jinja2', code)\n"
+        "print('jinja2 imported' if 'jinja2' in sys.modules else 'no jinja2', int(code))\n"
     )
     argv = ["submit", "--site", "hpccentre", "--gpus", "4", "--model", "a100", "--dry-run",
             "train.py", "--", "--lr", "3e-4"]  # fmt: skip

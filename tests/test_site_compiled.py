@@ -293,7 +293,7 @@ def test_the_in_job_preflight_reads_the_compiled_map(node: Node) -> None:
     write_compiled(node.site)
     compiled = node.run("preflight", env=env)
     assert (compiled.returncode, compiled.stderr) == (0, from_yaml.stderr)
-    call = "from clusterjob.__main__ import main\nprint(main(['preflight']), end=' ')"
+    call = "from clusterjob.__main__ import main\nprint(int(main(['preflight'])), end=' ')"
     (line,) = _outside_imports(node, call, **env)  # Typer's command, but no YAML parsed:
     assert line.startswith("0 [") and "ruamel" not in line and "hostlist" not in line
 
