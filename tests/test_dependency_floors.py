@@ -6,7 +6,8 @@ ones; this builds a venv with each pinned dependency at its floor (read from pyp
 so a pin that changes is tested at its new floor) and runs clusterjob through it: a command
 line Typer reads (its vendored click's errors among them, which typer 0.26.0-0.27.1 do not
 have), the same command read without Typer, the command list, every shipped site file's
-validation, and an NVML inventory over the stand-in library.
+validation, and an NVML inventory over the stand-in library; then the unit tests of what the
+dependencies serve (NVML, rendering, the site loader) with the floors imported.
 
 The floors come from the package index (~3 s from pip's cache); where it cannot be reached
 the test is skipped, saying so. Their own dependencies, and clusterjob, come from the
@@ -214,3 +215,28 @@ def test_an_nvml_inventory_over_the_standin(
         f"0000:18:00.0 completed 0 (4242, {20 * gib}) (4300, {gib})",
         "0000:2a:00.0 in_progress 999",
     ]
+
+
+# The unit tests of what the dependencies serve (NVML: the inventory, the hooks, the Epilog's
+# Xid reader, the sampler; Jinja2: rendering, the golden scripts; ruamel and hostlist: the
+# site loader), run again with every dependency at its floor: the whole class of a binding
+# or parser that answers otherwise in an older release, not the few cases above. ~1 minute.
+AT_THE_FLOORS = (
+    "tests/test_inventory.py", "tests/test_hooks_nvml.py", "tests/test_epilog.py",
+    "tests/test_usage.py", "tests/test_standin.py", "tests/test_render.py",
+    "tests/test_render_golden.py", "tests/test_render_compiled.py", "tests/test_site_config.py",
+    "tests/test_site_schema.py", "tests/test_site_loader_exact.py", "tests/test_yaml_resolve.py",
+    "tests/test_site_gpu_syntax.py",
+)  # fmt: skip
+
+
+def test_the_unit_tests_of_what_the_dependencies_serve_pass_at_their_floors(
+    floor_python: Path, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [str(floor_python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"--basetemp={tmp_path / 'run'}", *AT_THE_FLOORS],  # its own: pytest prunes old ones
+        cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout.splitlines()[-1] and " failed" not in done.stdout
