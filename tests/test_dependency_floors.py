@@ -11,15 +11,14 @@ dependencies serve (NVML, rendering, the site loader) with the floors imported.
 
 The floors come from the package index (~3 s from pip's cache); where it cannot be reached
 the test is skipped, saying so. Their own dependencies, and clusterjob, come from the
-environment running the tests, through a .pth file placed after the venv's site-packages
-(as tests/test_render_wheel.py does), so the floors are the copies imported.
+environment running the tests, after the venv's own packages (tests/venvs.py, as the wheel
+test's venv), so the floors are the copies imported.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import site
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+from venvs import venv_seeing_outside
 
 from clusterjob import resources
 from clusterjob.sandbox.standin import h100, standin_env, write_scenario
@@ -84,16 +84,8 @@ def _install_floor(python: Path, pin: Requirement) -> str:
 @pytest.fixture(scope="module")
 def floor_install(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """A venv's python with each pinned dependency at its floor, and those floors."""
-    venv = tmp_path_factory.mktemp("floors") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
+    python = venv_seeing_outside(tmp_path_factory.mktemp("floors") / "venv", (str(REPO),))
     floors = {pin.name: _install_floor(python, pin) for pin in pins()}
-    (own,) = subprocess.run(
-        [str(python), "-c", "import site; print(site.getsitepackages()[0])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    outer = [str(REPO), *site.getsitepackages()]
-    Path(own, "zz-outer.pth").write_text("".join(f"{p}\n" for p in outer))
     print("the floors:", floors)
     return python, floors
 

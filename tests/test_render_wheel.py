@@ -4,20 +4,19 @@ Slow-ish (a wheel build and a venv, ~10 s) but kept in the suite: an editable in
 source checkout would hide a template left out of the wheel. The venv gets clusterjob only
 from the wheel, installed non-editable, and runs from a directory outside the repository.
 Its dependencies (jinja2, typer... without network) come from the environment running the
-tests, through a .pth file placed after its own site-packages: `venv --system-site-packages`
-would give the *base* interpreter's packages, which on a fresh machine have no typer when the
-tests run from a venv (as .ci/run does).
+tests, after its own site-packages (tests/venvs.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import site
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+from venvs import venv_seeing_outside
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "clusterjob", "templates", "site_configs")
@@ -53,17 +52,9 @@ def test_wheel_renders_a_dry_run_outside_the_repository(tmp_path: Path) -> None:
     assert "clusterjob/_data/site_configs/mllab.yaml" in names
 
     venv = tmp_path / "venv"
-    _run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
-        tmp_path,
-        env,
-    )
-    py = venv / "bin" / "python"
-    inner = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                 tmp_path, env).strip()  # fmt: skip
-    # Processed after the venv's own site-packages, so the wheel's clusterjob wins over the
-    # checkout's editable install that the outer environment may carry.
-    (Path(inner) / "outer-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    # The wheel's clusterjob wins over the checkout's editable install that the outer
+    # environment may carry: the venv's own site-packages come first.
+    py = venv_seeing_outside(venv, env=env)
     pip_install = ["install", "--no-deps", "--no-index", "--no-compile", str(wheel)]
     _run([sys.executable, "-m", "pip", "--python", str(py), *pip_install], tmp_path, env)
 

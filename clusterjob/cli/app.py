@@ -151,9 +151,10 @@ def run(argv: list[str]) -> int:
         return _show_completion(argv[1])
     _register_commands(argv[0] if argv else None)
     shown = app
-    if argv in LISTING_ARGV and COMPLETION_VAR not in os.environ:
+    completing = COMPLETION_VAR in os.environ  # shell completion: the whole app, nothing else
+    if argv in LISTING_ARGV and not completing:
         shown = _listing(app)
-    elif argv and argv[0] in fastpath.FAST_COMMANDS and COMPLETION_VAR not in os.environ:
+    elif argv and argv[0] in fastpath.FAST_COMMANDS and not completing:
         fastpath.note_typer_agreement(argv[0])  # this Typer may read it without building
 
     def parsed_and_called() -> object:
@@ -172,7 +173,7 @@ def run(argv: list[str]) -> int:
             err(f"error: {message}")
             return int(getattr(exc, "exit_code", ExitCode.USAGE))
 
-    if argv in fastpath.HELP_ARGV and COMPLETION_VAR not in os.environ:
+    if argv in fastpath.HELP_ARGV and not completing:
         return _listed(lambda: guarded(parsed_and_called, debug=debug))
     return guarded(parsed_and_called, debug=debug)
 

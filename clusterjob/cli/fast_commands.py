@@ -83,7 +83,7 @@ COMMANDS: dict[str, dict[str, object]] = {
 
 LISTING: dict[str, str] = {
     'typer': '0.28.0',
-    'declared': '84f6879aba0db6f7b6e2ffbc95571b659b39c3f0c915a0624fc47287b531facb',
+    'declared': '8218617ef2bdfd2a75d57f7b030d8f4a31068e98ffb2d4683aff60b07fa33a90',
     'text': (
         'Usage: clusterjob [OPTIONS] COMMAND [ARGS]...\n'
         '\n'

@@ -144,20 +144,26 @@ def listing_files() -> tuple[str, ...]:
 
 def print_listing() -> int | None:
     """Print the generated listing and return 0; None where it may not be Typer's output."""
-    import shutil
-
     from clusterjob.cli.fast_commands import LISTING
 
-    if shutil.get_terminal_size().columns < LISTING_COLUMNS:
-        return None
-    if not typer_agrees(LISTING["typer"], "listing", listing_digest()):
-        return None
-    if LISTING["declared"] != declared_digest(listing_files()):
+    if not _listing_current() or not typer_agrees(LISTING["typer"], "listing", listing_digest):
         return None
     import sys
 
     sys.stdout.write(LISTING["text"])
     return 0
+
+
+def _listing_current() -> bool:
+    """Whether the generated listing is the one Typer prints here at all, whichever Typer:
+    as wide as it was written, from the CLI's sources as they are now."""
+    import shutil
+
+    from clusterjob.cli.fast_commands import LISTING
+
+    return shutil.get_terminal_size().columns >= LISTING_COLUMNS and LISTING[
+        "declared"
+    ] == declared_digest(listing_files())
 
 
 def typer_listing(columns: int = LISTING_COLUMNS) -> str:
@@ -210,7 +216,7 @@ def fast_call(argv: list[str]) -> Callable[[], object] | None:
 
     _, _, files, target = FAST_COMMANDS[argv[0]]
     table = COMMANDS.get(argv[0])
-    if table is None or not typer_agrees(str(table["typer"]), argv[0], table_digest(table)):
+    if table is None or not typer_agrees(str(table["typer"]), argv[0], lambda: table_digest(table)):
         return None
     words = argv[1:]
     if not words and table["no_args_is_help"]:
@@ -245,14 +251,15 @@ def typer_version() -> str | None:
     return None
 
 
-def typer_agrees(written_with: str, what: str, digest: str) -> bool:
+def typer_agrees(written_with: str, what: str, digest: Callable[[], str]) -> bool:
     """Whether the Typer ``import typer`` would load builds ``what`` (a command's table, or
     the listing) as shipped: it is the release the table was written with, or a run under it
-    found it builds the very same (``note_typer_agreement``, ``note_listing_agreement``)."""
+    found it builds the very same (``note_typer_agreement``, ``note_listing_agreement``).
+    ``digest`` (of what is shipped) is asked for only in the second case."""
     version = typer_version()
     if version is None:
         return False
-    return version == written_with or _verdict(version, what, digest) is True
+    return version == written_with or _verdict(version, what, digest()) is True
 
 
 def _verdict(version: str, what: str, digest: str) -> bool | None:
@@ -324,18 +331,14 @@ def note_typer_agreement(command: str) -> None:
     if table is None or version is None or table["typer"] == version:
         return
     digest = table_digest(table)
-    module, function, files, _ = FAST_COMMANDS[command]
+    files = FAST_COMMANDS[command][2]
     if (
         _verdict(version, command, digest) is not None
         or declared_digest(files) != table["declared"]
     ):
         return  # looked at already; or a table older than its sources, which no Typer reads
     try:
-        built = {
-            "no_args_is_help": registered_settings(module, function),
-            "declared": table["declared"],
-            "params": tuple(command_table(module, function)),
-        }
+        built = built_table(command)
     except Exception:  # a parameter this reader does not read, a Typer that builds otherwise
         _note(version, command, digest, same=False)
         return
@@ -345,16 +348,13 @@ def note_typer_agreement(command: str) -> None:
 def listing_to_check() -> bool:
     """Whether the listing Typer is about to print is worth comparing with the shipped one:
     printed as wide as it was written, by a Typer no run under it has compared yet."""
-    import shutil
-
     from clusterjob.cli.fast_commands import LISTING
 
     version = typer_version()
     return (
         version is not None
         and version != LISTING["typer"]
-        and shutil.get_terminal_size().columns >= LISTING_COLUMNS
-        and LISTING["declared"] == declared_digest(listing_files())
+        and _listing_current()
         and _verdict(version, "listing", listing_digest()) is None
     )
 
@@ -446,21 +446,32 @@ def commands_module(generator: str) -> str:
         "",
         "COMMANDS: dict[str, dict[str, object]] = {",
     ]
-    for command, (module, function, files, _) in FAST_COMMANDS.items():
-        params = command_table(module, function)
+    for command in FAST_COMMANDS:
+        table = built_table(command)
         lines += [
             f"    {command!r}: {{",
             f"        'typer': {typer.__version__!r},",
-            f"        'no_args_is_help': {registered_settings(module, function)!r},",
-            f"        'declared': {declared_digest(files)!r},",
+            f"        'no_args_is_help': {table['no_args_is_help']!r},",
+            f"        'declared': {table['declared']!r},",
             "        'params': (",
-            *(f"            {p!r}," for p in params),
+            *(f"            {p!r}," for p in table["params"]),  # type: ignore[attr-defined]
             "        ),",
             "    },",
         ]
     lines.append("}")
     lines += listing_module_lines()
     return "\n".join(lines) + "\n"
+
+
+def built_table(command: str) -> dict[str, object]:
+    """A fast command's table, but the Typer release, as the Typer installed builds it: what
+    the generator writes, and what ``note_typer_agreement`` compares with what it wrote."""
+    module, function, files, _ = FAST_COMMANDS[command]
+    return {
+        "no_args_is_help": registered_settings(module, function),
+        "declared": declared_digest(files),
+        "params": tuple(command_table(module, function)),
+    }
 
 
 def registered_settings(module: str, function: str) -> bool:
