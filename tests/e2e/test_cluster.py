@@ -163,11 +163,17 @@ def test_a_job_whose_launch_a_dying_slurmd_lost_is_submitted_again(
         pytest.skip("on 24.11 srun kept the killed slurmd's step launch waiting past 120 s")
     script = tmp_path / "step.sh"
     script.write_text(
-        "#!/bin/bash\n#SBATCH -p gpu\n#SBATCH -w gpu2\n#SBATCH -t 2:00\nsleep 3\nsrun -n1 true\n"
+        "#!/bin/bash\n#SBATCH -p gpu\n#SBATCH -w gpu2\n#SBATCH -t 2:00\n"
+        "echo started\nsleep 3\nsrun -n1 true\n"
     )
     output = tmp_path / "step.out"
     job = sandbox.sbatch(f"--output={output}", str(script))
-    until(f"job {job} running", lambda: sandbox.job(job)["JobState"] == "RUNNING")
+    # The script itself runs: a job is RUNNING while its Prolog still runs too (reason
+    # "Prolog"), and a slurmd killed then loses the Prolog, not a step's launch.
+    until(
+        f"job {job}'s script started",
+        lambda: "started" in (output.read_text() if output.exists() else ""),
+    )
     record = host.read_pid(sandbox.layout.pid_dir, "slurmd-gpu2")
     assert record is not None and record.alive()
     os.kill(record.pid, signal.SIGSTOP)  # srun's launch request waits on it...
